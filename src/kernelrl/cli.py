@@ -1,0 +1,119 @@
+"""The `kernelrl` command: thin wrappers that parse arguments and call the packages."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+app = typer.Typer(add_completion=False, no_args_is_help=True,
+                  help="Make GPU code faster with LLMs and RL, and prove every speedup.")
+err = Console(stderr=True)
+out = Console()
+
+
+def fail(message: str, code: int = 2):
+    """Print a one-line error a user can act on, and exit non-zero."""
+    err.print(f"[bold red]error:[/] {message}", highlight=False)
+    raise typer.Exit(code)
+
+
+@app.command("eval")
+def eval_command(
+    reference: Path = typer.Argument(..., help="reference file: class Model, get_inputs(), get_init_inputs()"),
+    candidate: Path = typer.Argument(..., help="candidate file: class ModelNew"),
+    device: str = typer.Option("cpu", help="cpu, cuda or cuda:N"),
+    json_out: bool = typer.Option(False, "--json", help="print the Verdict as one JSON object"),
+    timeout: float = typer.Option(300.0, help="seconds for the whole evaluation, build included"),
+    compile_baseline: bool = typer.Option(False, "--compile", help="also time torch.compile(reference)"),
+    trials: int = typer.Option(5, help="correctness trials (fresh secret seeds each)"),
+    rounds: int = typer.Option(5, help="timing rounds (reference and candidate alternate)"),
+    calls: int = typer.Option(20, help="timed calls per program per round"),
+):
+    """Is CANDIDATE correct, and how much faster than REFERENCE is it, really?"""
+    from kernelrl.evaluate import EvalConfig, EvaluationError, Evaluator
+    from kernelrl.task import Candidate, Task, TaskError
+
+    try:
+        task = Task.from_file(reference)
+        cand = Candidate.from_file(candidate)
+    except TaskError as e:
+        fail(str(e))
+    if timeout <= 0 or trials < 1 or rounds < 1 or calls < 1:
+        fail("--timeout, --trials, --rounds and --calls must be positive")
+    config = EvalConfig(device=device, timeout_s=timeout, build_timeout_s=min(timeout, 240.0),
+                        compare_compile=compile_baseline, correctness_trials=trials, timing_rounds=rounds,
+                        calls_per_round=calls)
+    try:
+        with Evaluator(config) as ev:
+            verdict = ev.evaluate(task, cand)
+    except EvaluationError as e:
+        fail(str(e))
+    if json_out:
+        sys.stdout.write(verdict.to_json() + "\n")
+    else:
+        print_verdict(verdict)
+    raise typer.Exit(0 if verdict.ok else 1)
+
+
+def print_verdict(v) -> None:
+    """A readable table of one Verdict."""
+    colour = {"ok": "green", "incorrect": "red", "rejected": "magenta"}.get(v.status, "yellow")
+    t = Table(show_header=False, box=None, pad_edge=False)
+    t.add_row("status", f"[bold {colour}]{v.status}[/]")
+    t.add_row("task", f"{v.task} on {v.device}")
+    if v.speedup is not None:
+        t.add_row("speedup", f"[bold]{v.speedup:.3f}×[/] over the eager reference")
+    if v.compile_speedup is not None:
+        t.add_row("", f"{v.compile_speedup:.3f}× over torch.compile(reference)")
+    for label, timing in (("reference", v.reference), ("candidate", v.candidate_timing),
+                          ("torch.compile", v.reference_compiled)):
+        if timing:
+            wall = f", per call {timing.wall_median_us:.1f} µs" if timing.wall_median_us else ""
+            t.add_row(label, f"{timing.median_us:.1f} µs median (±{timing.stdev_us:.1f}, n={timing.n}, "
+                             f"{timing.method}{wall})")
+    if v.error:
+        t.add_row("error", f"max abs {v.error.max_abs:.3g}, rel L2 {v.error.rel_l2:.3g} "
+                           f"(atol {v.error.atol:g}, rtol {v.error.rtol:g}, {v.error.trials} trials)")
+    if v.message:
+        t.add_row("message", v.message)
+    for f in v.flags:
+        t.add_row(f"flag ({f.severity})", f"[{f.check}] {f.hack + ': ' if f.hack else ''}{f.message}")
+    conf = v.confinement
+    if conf:
+        on = [k for k in ("landlock", "netns", "env_scrubbed", "seccomp") if conf.get(k) is True]
+        t.add_row("confinement", ", ".join(on) or "none")
+    t.add_row("seconds", f"{v.seconds:.1f}")
+    out.print(t)
+
+
+def _mount(name: str, module: str, attr: str, help_text: str):
+    """Attach a package's typer callable or sub-app, imported lazily so `kernelrl eval` starts fast."""
+    try:
+        mod = __import__(module, fromlist=[attr])
+        obj = getattr(mod, attr)
+    except (ImportError, AttributeError):
+        return
+    if isinstance(obj, typer.Typer):
+        app.add_typer(obj, name=name, help=help_text)
+    else:
+        app.command(name, help=help_text)(obj)
+
+
+_mount("bench", "kernelrl.bench.cli", "bench_command", "Run a KernelBench-format suite and print fast_p tables.")
+_mount("optimize", "kernelrl.search.cli", "optimize_command",
+       "Contrastive optimisation loop: LLM and non-LLM proposers, the evaluator as judge.")
+_mount("train", "kernelrl.train.cli", "train_command", "CUDA-L1's three training stages on TRL.")
+_mount("gemm", "kernelrl.gemm.cli", "app", "Per-shape HGEMM search on Hopper, and the tuned matmul.")
+_mount("audit", "kernelrl.evaluate.audit_cli", "audit_command", "Static findings for a candidate and what each means.")
+
+
+def main():  # pragma: no cover
+    app()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

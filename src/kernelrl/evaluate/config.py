@@ -1,0 +1,47 @@
+"""Evaluator settings: typed defaults, overridable by CLI flags or a TOML file."""
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+
+def default_cache_dir() -> Path:
+    """Where builds and baseline timings are cached (override with KERNELRL_CACHE)."""
+    return Path(os.environ.get("KERNELRL_CACHE", Path.home() / ".cache" / "kernelrl"))
+
+
+@dataclass(frozen=True)
+class EvalConfig:
+    device: str = "cpu"                  # "cpu", "cuda" or "cuda:N"
+    timeout_s: float = 300.0             # whole evaluation of one candidate, build included
+    build_timeout_s: float = 240.0       # candidate import + compilation
+    correctness_trials: int = 5          # fresh secret-seeded input sets, beyond the agreement re-run
+    warmup: int = 5                      # untimed calls before timing
+    timing_rounds: int = 5               # reference/candidate alternations (drift cancels in the ratio)
+    calls_per_round: int = 20            # timed calls per program per round
+    input_sets: int = 4                  # rotated input sets during timing, outputs of each checked
+    flush_l2: bool = True                # CUDA: overwrite L2 before every timed call
+    use_graphs: bool = True              # CUDA: also time CUDA-graph replay when the candidate allows it
+    compare_compile: bool = False        # also time torch.compile(reference)
+    memory_limit_gb: float = 16.0        # host memory of one worker
+    recheck_speedup: float = 3.0         # speedups above this are re-measured in a fresh worker
+    confine: bool = True                 # Landlock + network namespace where the OS allows
+    cache_dir: str = ""                  # "" means default_cache_dir()
+
+    @property
+    def cache_path(self) -> Path:
+        return Path(self.cache_dir) if self.cache_dir else default_cache_dir()
+
+    def with_(self, **kw) -> "EvalConfig":
+        return replace(self, **kw)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "EvalConfig":
+        unknown = set(d) - set(cls.__dataclass_fields__)
+        if unknown:
+            raise ValueError(f"unknown evaluator settings {sorted(unknown)}")
+        return cls(**d)

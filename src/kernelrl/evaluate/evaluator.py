@@ -1,0 +1,469 @@
+"""The Evaluator: build, check, time and guard one candidate against its task's reference, on one device.
+
+The reference runs in a worker kept per task; each candidate gets a fresh worker. This process (the caller's)
+runs no task or candidate code: it picks secret seeds, keeps the reference's outputs, compares, and decides.
+"""
+from __future__ import annotations
+
+import hashlib
+import random
+import secrets
+import statistics
+import sys
+import threading
+import time
+from collections import OrderedDict
+from pathlib import Path
+
+import torch
+
+from kernelrl.evaluate import compare as cmp
+from kernelrl.evaluate.config import EvalConfig
+from kernelrl.sandbox.process import Worker, WorkerError
+from kernelrl.task import Candidate, Task
+from kernelrl.verdict import ErrorStats, Flag, Timing, Verdict
+
+HARNESS = "kernelrl.evaluate.harness:Harness"
+# Peak DRAM bandwidth by device name (bytes/s), with headroom: a time under bytes/peak is impossible.
+_PEAK_BANDWIDTH = {"H200": 4.8e12, "H100": 3.35e12, "A100": 2.04e12, "L40": 0.864e12, "B200": 8.0e12}
+_ROOFLINE_HEADROOM = 1.25
+
+
+class EvaluationError(RuntimeError):
+    """The evaluation itself could not run (bad reference, unavailable device): not the candidate's fault."""
+
+
+def check_device(device: str) -> torch.device:
+    """Parse `device` and make sure it exists here; raises EvaluationError with what to do otherwise."""
+    try:
+        dev = torch.device(device)
+    except RuntimeError as e:
+        raise EvaluationError(f"unknown device {device!r}: use cpu, cuda or cuda:N") from e
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise EvaluationError(f"device {device!r} is not available: this machine has no CUDA GPU "
+                                  "(use --device cpu)")
+        if dev.index is not None and dev.index >= torch.cuda.device_count():
+            raise EvaluationError(f"device {device!r} is not available: {torch.cuda.device_count()} GPU(s) here")
+    elif dev.type != "cpu":
+        raise EvaluationError(f"unsupported device {device!r}: use cpu, cuda or cuda:N")
+    return dev
+
+
+def toolchain_key() -> str:
+    """What a cached build depends on besides its source: Python, torch and CUDA versions."""
+    parts = [sys.version.split()[0], torch.__version__, str(torch.version.cuda)]
+    return hashlib.sha256("|".join(parts).encode()).hexdigest()[:10]
+
+
+class _Aborted(Exception):
+    def __init__(self, verdict_kw: dict):
+        self.kw = verdict_kw
+
+
+class Evaluator:
+    """Judges candidates on one device. Thread-safe: calls are serialised; use one Evaluator per device."""
+
+    def __init__(self, config: EvalConfig | None = None, max_reference_workers: int = 2):
+        self.config = config or EvalConfig()
+        self.device = check_device(self.config.device)
+        self._refs: OrderedDict[str, tuple[Worker, dict]] = OrderedDict()
+        self._max_refs = max_reference_workers
+        self._lock = threading.RLock()
+        self.cache = self.config.cache_path
+        self._device_name = torch.cuda.get_device_name(self.device) if self.device.type == "cuda" else "cpu"
+
+    # -- public -------------------------------------------------------------------------------------------
+    def evaluate(self, task: Task, candidate: Candidate) -> Verdict:
+        """Correctness, speed and integrity of `candidate` on `task`; never raises for candidate faults."""
+        with self._lock:
+            t0 = time.monotonic()
+            static = _static_flags(candidate.source)
+            try:
+                kw = self._evaluate(task, candidate, t0)
+            except _Aborted as a:
+                kw = a.kw
+            flags = tuple(static) + tuple(kw.pop("flags", ()))
+            status = kw.pop("status")
+            if status in ("ok", "incorrect") and any(f.severity == "reject" for f in flags):
+                status = "rejected"
+            if status != "ok":
+                kw["speedup"] = kw["compile_speedup"] = None
+            if status == "rejected" and not kw.get("message"):
+                kw["message"] = "; ".join(f"{f.hack or f.check}: {f.message}" for f in flags
+                                          if f.severity == "reject")[:2000]
+            return Verdict(status=status, task=task.name, candidate=candidate.digest, device=str(self.device),
+                           flags=flags, seconds=time.monotonic() - t0, **kw)
+
+    def time_reference(self, task: Task, compiled: bool = False) -> Timing:
+        """Timing of the reference alone (eager, or torch.compile'd), by the same method as evaluate."""
+        with self._lock:
+            ref, _ = self._reference(task)
+            if compiled:
+                self._compile_reference(ref, task)
+            samples, walls = [], []
+            for _ in range(self.config.timing_rounds):
+                h, _ = self._time(ref, random.Random(), compiled, self.config.timeout_s)
+                samples += h["times_us"]
+                walls += h["wall_us"]
+            return Timing.from_samples(samples, self._method(), walls)
+
+    def close(self):
+        with self._lock:
+            for worker, _ in self._refs.values():
+                worker.close()
+            self._refs.clear()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    # -- workers ------------------------------------------------------------------------------------------
+    def _spawn(self, init: dict, build_dir: Path) -> Worker:
+        build_dir.mkdir(parents=True, exist_ok=True)
+        env = {"TORCH_EXTENSIONS_DIR": str(build_dir / "torch_extensions"),
+               "TRITON_CACHE_DIR": str(build_dir / "triton"),
+               "TORCHINDUCTOR_CACHE_DIR": str(build_dir / "inductor"),
+               "CUDA_CACHE_PATH": str(build_dir / "cuda")}
+        memory = int(self.config.memory_limit_gb * 2**30) if self.device.type == "cpu" else 0
+        init = dict(init, device=str(self.device), writable=[str(build_dir)])
+        return Worker(HARNESS, scratch_root=self.cache / "scratch", writable=[build_dir],
+                      confine=self.config.confine, memory_bytes=memory, env=env, init=init)
+
+    def _reference(self, task: Task) -> tuple[Worker, dict]:
+        key = task.digest
+        if key in self._refs and self._refs[key][0].alive:
+            self._refs.move_to_end(key)
+            return self._refs[key]
+        if key in self._refs:
+            self._refs.pop(key)[0].close()
+        while len(self._refs) >= self._max_refs:
+            self._refs.popitem(last=False)[1][0].close()
+        init = {"role": "reference", "task_source": task.source, "seed": secrets.randbits(31),
+                "fixed_inputs": list(task.meta.fixed_inputs)}
+        try:
+            worker = self._spawn(init, self.cache / "build" / f"ref-{key}-{toolchain_key()}")
+            h, _ = worker.request({"op": "trial", "seed": 0}, self.config.timeout_s)
+        except WorkerError as e:
+            raise EvaluationError(f"{task.name}: the reference does not run: {e}\n{e.stderr_tail[-1500:]}") from e
+        if h.get("type") == "error" or h.get("problem"):
+            worker.close()
+            raise EvaluationError(f"{task.name}: the reference does not run: {h.get('message') or h.get('problem')}")
+        state = {"init": init, "compiled": False}
+        self._refs[key] = (worker, state)
+        return worker, state
+
+    def _compile_reference(self, ref: Worker, task: Task):
+        state = next(s for w, s in self._refs.values() if w is ref)
+        if not state["compiled"]:
+            h, _ = ref.request({"op": "compile", "seed": 1}, self.config.timeout_s)
+            _raise_reference(h, task)
+            state["compiled"] = True
+
+    def _method(self) -> str:
+        return "cuda_events" if self.device.type == "cuda" else "perf_counter"
+
+    # -- the evaluation -----------------------------------------------------------------------------------
+    def _evaluate(self, task: Task, candidate: Candidate, t0: float) -> dict:
+        cfg = self.config
+        deadline = t0 + cfg.timeout_s
+
+        def left(cap: float | None = None) -> float:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise _Aborted({"status": "timeout", "message": f"evaluation exceeded {cfg.timeout_s:.0f} s"})
+            return min(remaining, cap) if cap else remaining
+
+        ref, state = self._reference(task)
+        init = {"role": "candidate", "task_source": task.source, "seed": state["init"]["seed"],
+                "fixed_inputs": list(task.meta.fixed_inputs)}
+        cand = self._spawn(init, self.cache / "build" / f"{candidate.digest}-{toolchain_key()}")
+        flags: list[Flag] = []
+        try:
+            h = self._ask(cand, {"op": "load", "source": candidate.source}, left(cfg.build_timeout_s),
+                          "build", build=True)
+            # -- correctness: fresh secret seeds, two input distributions, agreement on a repeat
+            error, first = self._check(task, ref, cand, left, flags)
+            if any(f.severity == "reject" for f in flags) or error.mismatched or first is None:
+                return {"status": "incorrect", "message": self._incorrect_message, "error": error,
+                        "flags": flags, "confinement": self._confinement(cand, left)}
+            # -- timing: reference and candidate alternate; every timed call has fresh inputs, outputs checked
+            if cfg.compare_compile:
+                self._compile_reference(ref, task)
+            ref_t, cand_t, comp_t = self._timing(task, ref, cand, left, flags, first)
+            report = self._report(cand, left, flags)
+            speedup = ref_t.median_us / cand_t.median_us if cand_t.median_us > 0 else float("inf")
+            self._roofline(cand_t, first, flags)
+            threshold = max(cfg.recheck_speedup, task.meta.suspicious_speedup or 0)
+            if speedup > threshold and not any(f.severity == "reject" for f in flags):
+                cand_t, speedup = self._recheck(task, candidate, ref_t, cand_t, speedup, left, flags)
+            status = "incorrect" if any(f.check == "timed_outputs" for f in flags) else "ok"
+            return {"status": status, "message": "" if status == "ok" else self._incorrect_message,
+                    "speedup": speedup, "reference": ref_t, "candidate_timing": cand_t,
+                    "reference_compiled": comp_t,
+                    "compile_speedup": (comp_t.median_us / cand_t.median_us) if comp_t else None,
+                    "error": error, "flags": flags, "confinement": report}
+        except _Aborted as a:
+            a.kw.setdefault("flags", flags)
+            raise
+        finally:
+            cand.close()
+
+    _incorrect_message = ""
+
+    def _ask(self, worker: Worker, op: dict, timeout: float, what: str, build: bool = False):
+        """Send an op to a candidate worker; turn every failure into a verdict (raised as _Aborted)."""
+        try:
+            h, t = worker.request(op, timeout)
+        except WorkerError as e:
+            tail = e.stderr_tail.strip()[-1500:]
+            if e.kind == "timeout":
+                raise _Aborted({"status": "timeout", "message": f"{what}: {e}"})
+            if e.kind == "died" and "exited with code 0" in str(e):
+                raise _Aborted({"status": "rejected", "message": f"{what}: {e}",
+                                "flags": [Flag("early_exit", f"{e}: a candidate may not end the process "
+                                                             "(a verdict only comes from the evaluator)",
+                                               hack="forged_result")]})
+            raise _Aborted({"status": "runtime_error", "message": f"{what}: {e}" + (f"\n{tail}" if tail else "")})
+        if h.get("type") == "error":
+            kind = h.get("kind") if h.get("kind") in ("compile_error", "runtime_error") else "runtime_error"
+            raise _Aborted({"status": kind, "message": f"{what}: {h.get('message', '')}"[:6000]})
+        return h, t
+
+    def _check(self, task, ref, cand, left, flags):
+        cfg = self.config
+        seeds = [secrets.randbits(62) for _ in range(max(cfg.correctness_trials, 1))]
+        worst, first, trials = None, None, 0
+        for i, seed in enumerate(seeds):
+            dist = "task" if i % 2 == 0 else "scaled"
+            rh, rt = ref.request({"op": "trial", "seed": seed, "dist": dist}, left())
+            _raise_reference(rh, task)
+            ch, ct = self._ask(cand, {"op": "trial", "seed": seed, "dist": dist,
+                                      "poison_bytes": rh["out_bytes"]}, left(), f"trial {i + 1}")
+            trials += 1
+            if self._trial_problem(ch, flags, i):
+                return _stats(worst, task, rt, trials), None
+            if ch["inputs_after"] != rh["inputs_before"]:
+                flags.append(Flag("input_mutation", f"trial {i + 1}: the candidate modified its inputs",
+                                  hack="input_mutation"))
+                return _stats(worst, task, rt, trials), None
+            m = self._compare_outputs(task, ct, rt, rh["outputs"], ch["outputs"], f"trial {i + 1} ({dist} inputs)")
+            worst = m if worst is None or (m.mismatched, m.rel_l2) > (worst.mismatched, worst.rel_l2) else worst
+            if not m.ok:
+                return _stats(worst, task, rt, trials), None
+            if i == 0:
+                first = {"seed": seed, "ref": rt, "ref_header": rh, "cand": ct}
+        # Two runs on one input must agree: unwritten or racy output varies between runs.
+        ch, ct = self._ask(cand, {"op": "trial", "seed": first["seed"], "dist": "task",
+                                  "poison_bytes": first["ref_header"]["out_bytes"]}, left(), "repeat trial")
+        if self._trial_problem(ch, flags, len(seeds)):
+            return _stats(worst, task, first["ref"], trials), None
+        for k in range(ch["outputs"]):
+            a, b = ct[f"out{k}"], first["cand"][f"out{k}"]
+            m = cmp.compare(a, b, task.meta.atol, task.meta.rtol)
+            if not m.ok:
+                flags.append(Flag("agreement", f"two runs on the same input disagree on output {k}: {m.reason}",
+                                  hack="uninitialised_output"))
+                self._incorrect_message = f"two runs on the same input disagree: {m.reason}"
+                return _stats(worst, task, first["ref"], trials), None
+        self._degenerate(first, flags)
+        return _stats(worst, task, first["ref"], trials), first
+
+    def _trial_problem(self, h: dict, flags: list, i: int) -> bool:
+        problem = h.get("problem")
+        if not problem:
+            return False
+        kind = problem.split(":", 1)[0]
+        hack = "lazy_output" if kind == "lazy_output" else None
+        flags.append(Flag("output_type", f"trial {i + 1}: {problem}", hack=hack,
+                          severity="reject" if hack else "warn"))
+        self._incorrect_message = problem
+        return True
+
+    def _compare_outputs(self, task, ct, rt, n_ref, n_cand, where) -> cmp.Mismatch:
+        if n_ref != n_cand:
+            m = cmp.Mismatch(False, f"{n_cand} outputs, expected {n_ref}")
+        else:
+            m = cmp.Mismatch(True, "")
+            for k in range(n_ref):
+                mk = cmp.compare(ct[f"out{k}"], rt[f"out{k}"], task.meta.atol, task.meta.rtol)
+                if not mk.ok or mk.rel_l2 > m.rel_l2:
+                    m = mk if mk.ok else cmp.Mismatch(False, f"output {k}: {mk.reason}", mk.max_abs,
+                                                      mk.max_rel, mk.rel_l2, mk.mismatched)
+                if not mk.ok:
+                    break
+        if not m.ok:
+            self._incorrect_message = f"{where}: {m.reason}"
+            m = cmp.Mismatch(False, m.reason, m.max_abs, m.max_rel, m.rel_l2, max(m.mismatched, 1))
+        return m
+
+    def _degenerate(self, first, flags):
+        for k, t in first["cand"].items():
+            ref = first["ref"][k]
+            if (t.numel() > 1 and t.is_floating_point() and bool((t == t.reshape(-1)[0]).all())
+                    and not bool((ref == ref.reshape(-1)[0]).all())):
+                flags.append(Flag("degenerate_output", f"{k} is constant while the reference's varies",
+                                  hack="degenerate_output"))
+
+    def _time(self, worker: Worker, rng: random.Random, compiled: bool, timeout: float):
+        cfg = self.config
+        op = {"op": "time", "seed": secrets.randbits(62), "sample_seed": secrets.randbits(62),
+              "scales": [rng.uniform(0.8, 1.25) for _ in range(cfg.calls_per_round)], "warmup": cfg.warmup,
+              "flush": cfg.flush_l2, "compiled": compiled}
+        h, t = worker.request(op, timeout)
+        if h.get("type") == "error" or h.get("problem"):
+            raise EvaluationError(f"the reference failed while being timed: {h.get('message') or h.get('problem')}")
+        return h, t
+
+    def _timing(self, task, ref, cand, left, flags, first):
+        cfg = self.config
+        ref_s, ref_w, cand_s, cand_w, comp_s, quiet = [], [], [], [], [], []
+        for r in range(cfg.timing_rounds):
+            seed, sample_seed = secrets.randbits(62), secrets.randbits(62)
+            calls = [random.uniform(0.8, 1.25) for _ in range(cfg.calls_per_round)]
+            op = {"op": "time", "seed": seed, "sample_seed": sample_seed, "scales": calls, "warmup": cfg.warmup,
+                  "flush": cfg.flush_l2}
+            order = ("ref", "cand") if r % 2 == 0 else ("cand", "ref")
+            got = {}
+            for who in order:
+                if who == "ref":
+                    got["ref"] = ref.request(op, left())
+                    if got["ref"][0].get("type") == "error" or got["ref"][0].get("problem"):
+                        raise EvaluationError(f"{task.name}: the reference failed while being timed")
+                else:
+                    got["cand"] = self._ask(cand, op, left(), f"timing round {r + 1}")
+            (rh, rt), (ch, ct) = got["ref"], got["cand"]
+            if ch.get("problem"):
+                self._trial_problem(ch, flags, r)
+                raise _Aborted({"status": "incorrect", "message": ch["problem"], "flags": flags})
+            if cfg.compare_compile:
+                comp_s += ref.request(dict(op, compiled=True), left())[0]["times_us"]
+            bad = self._check_samples(task, rt, ct, first["ref"])
+            if bad:
+                flags.append(Flag("timed_outputs", f"round {r + 1}: {bad} (work cached, replayed, deferred "
+                                                   "or skipped while being timed)", hack="result_replay"))
+                self._incorrect_message = f"outputs of timed calls are wrong: {bad}"
+                raise _Aborted({"status": "rejected", "flags": flags,
+                                "message": f"outputs of timed calls are wrong: {bad}"})
+            if ch.get("threads_grew", 0) > 0:
+                flags.append(Flag("threads", f"round {r + 1}: {ch['threads_grew']} new Python thread(s) "
+                                             "while being timed", hack="background_thread"))
+            ref_s += rh["times_us"]
+            ref_w += rh["wall_us"]
+            cand_s += ch["times_us"]
+            cand_w += ch["wall_us"]
+            quiet += ch["quiesce_us"]
+        cand_t = Timing.from_samples(cand_s, self._method(), cand_w)
+        if self.device.type == "cuda":
+            q = statistics.median(quiet)
+            if q > 40.0 + 0.25 * cand_t.median_us:
+                flags.append(Flag("side_stream", f"the device was still busy {q:.0f} µs (median) after the "
+                                                 f"candidate's stream finished ({cand_t.median_us:.0f} µs): work "
+                                                 "was launched on another stream", hack="side_stream"))
+        return (Timing.from_samples(ref_s, self._method(), ref_w), cand_t,
+                Timing.from_samples(comp_s, self._method()) if comp_s else None)
+
+    def _check_samples(self, task, rt, ct, first_ref) -> str:
+        """'' when every sampled output element of every timed call matches the reference's."""
+        if set(rt) != set(ct):
+            return "the timed calls returned a different number of outputs"
+        for key in sorted(rt):
+            call, out = key[1:].split("o")
+            ref_out = first_ref.get(f"out{out}")
+            dtype = ref_out.dtype if ref_out is not None else torch.float32
+            atol, rtol = cmp.tolerance(dtype, task.meta.atol, task.meta.rtol)
+            scale = cmp.rms(ref_out) if ref_out is not None else 1.0
+            if not cmp.compare_samples(ct[key], rt[key], scale, atol, rtol):
+                return f"timed call {call} output {out} does not match"
+        return ""
+
+    def _report(self, cand, left, flags) -> dict:
+        h, _ = self._ask(cand, {"op": "report"}, left(), "integrity report")
+        for hack, message in h.get("findings", []):
+            flags.append(Flag("runtime_evidence", message, hack=hack))
+        return h.get("confinement", {})
+
+    def _confinement(self, cand, left) -> dict:
+        try:
+            h, _ = cand.request({"op": "report"}, left(30))
+        except (WorkerError, _Aborted):
+            return {}
+        return h.get("confinement", {})
+
+    def _roofline(self, cand_t: Timing, first, flags):
+        if self.device.type != "cuda":
+            return
+        peak = next((bw for name, bw in _PEAK_BANDWIDTH.items() if name in self._device_name), None)
+        if peak is None:
+            return
+        h = first["ref_header"]
+        floor_us = (h["in_bytes"] + h["out_bytes"]) / (peak * _ROOFLINE_HEADROOM) * 1e6
+        if cand_t.median_us < floor_us:
+            flags.append(Flag("roofline", f"{cand_t.median_us:.1f} µs is below the memory floor of "
+                                          f"{floor_us:.1f} µs for {h['in_bytes'] + h['out_bytes']} bytes on "
+                                          f"{self._device_name}", hack="impossible_speed"))
+
+    def _recheck(self, task, candidate, ref_t, cand_t, speedup, left, flags):
+        """Re-measure a large speedup in a fresh worker; flag it when it does not hold."""
+        ref, state = self._reference(task)
+        init = {"role": "candidate", "task_source": task.source, "seed": state["init"]["seed"],
+                "fixed_inputs": list(task.meta.fixed_inputs)}
+        again = self._spawn(init, self.cache / "build" / f"{candidate.digest}-{toolchain_key()}")
+        try:
+            self._ask(again, {"op": "load", "source": candidate.source}, left(self.config.build_timeout_s),
+                      "re-measurement build")
+            samples = []
+            for _ in range(max(2, self.config.timing_rounds // 2)):
+                h, _ = self._ask(again, {"op": "time", "seed": secrets.randbits(62),
+                                         "sample_seed": secrets.randbits(62),
+                                         "scales": [random.uniform(0.8, 1.25)
+                                                    for _ in range(self.config.calls_per_round)],
+                                         "warmup": self.config.warmup, "flush": self.config.flush_l2},
+                                 left(), "re-measurement")
+                samples += h["times_us"]
+        finally:
+            again.close()
+        second = Timing.from_samples(samples, self._method())
+        if second.median_us > 1.5 * cand_t.median_us:
+            flags.append(Flag("recheck", f"speedup {speedup:.2f}× did not hold in a fresh worker "
+                                         f"({cand_t.median_us:.1f} µs then {second.median_us:.1f} µs)",
+                              hack="impossible_speed"))
+        worse = cand_t if cand_t.median_us >= second.median_us else second
+        flags.append(Flag("recheck", f"speedup above {self.config.recheck_speedup:g}× re-measured in a fresh "
+                                     f"worker: {cand_t.median_us:.1f} µs then {second.median_us:.1f} µs; the "
+                                     "slower is kept", severity="warn"))
+        return worse, ref_t.median_us / worse.median_us
+
+
+def _raise_reference(h: dict, task: Task):
+    if h.get("type") == "error" or h.get("problem"):
+        raise EvaluationError(f"{task.name}: the reference failed: {h.get('message') or h.get('problem')}")
+
+
+def _stats(m, task, rt, trials) -> ErrorStats:
+    dtype = next((t.dtype for t in rt.values()), torch.float32) if rt else torch.float32
+    atol, rtol = cmp.tolerance(dtype, task.meta.atol, task.meta.rtol)
+    if m is None:
+        return ErrorStats(0.0, 0.0, 0.0, atol, rtol, trials, 0)
+    return ErrorStats(m.max_abs, m.max_rel, m.rel_l2, atol, rtol, trials, m.mismatched)
+
+
+def _static_flags(source: str) -> list[Flag]:
+    """Findings of the static audit (a first filter and evidence; runtime checks decide)."""
+    try:
+        from kernelrl.evaluate.audit import audit
+    except ImportError:
+        return []
+    try:
+        findings = audit(source)
+    except Exception:
+        return []
+    out = []
+    for f in findings:
+        out.append(Flag(check="static_audit", message=f"line {getattr(f, 'line', '?')}: {getattr(f, 'message', f)}",
+                        hack=getattr(f, "hack", None) or getattr(f, "hack_class", None),
+                        severity=getattr(f, "severity", "warn") if getattr(f, "severity", "warn") in ("warn", "reject")
+                        else "warn"))
+    return out

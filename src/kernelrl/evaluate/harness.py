@@ -1,0 +1,334 @@
+"""The code that runs inside a worker: build a program, run it on seeded inputs, time it, report evidence.
+
+The same harness serves the reference worker (role "reference": the task's `Model`) and candidate workers
+(role "candidate": `ModelNew`). Inputs are regenerated here from seeds the parent chose, so both workers see
+bit-identical inputs without shipping them. Everything the timing and checking code calls is captured before
+candidate code loads; the parent compares outputs, so expected outputs never exist in a candidate's process.
+"""
+from __future__ import annotations
+
+import gc
+import hashlib
+import importlib.util
+import os
+import random
+import sys
+import time
+import traceback
+import types
+
+from kernelrl.evaluate import buildlog, tamper
+
+SAMPLES_PER_OUTPUT = 2048  # output elements compared per timed call
+
+
+class Harness:
+    def __init__(self, init: dict, confinement: dict, scratch: str):
+        import torch
+
+        self.torch, self.init, self.scratch = torch, init, scratch
+        self.confinement = dict(confinement, env_secrets=len(tamper.secrets_in_env()))
+        self.role = init["role"]
+        self.device = torch.device(init["device"])
+        self.cuda = self.device.type == "cuda"
+        if self.cuda:
+            torch.cuda.set_device(self.device)
+        # Reference and candidate both compute in full fp32 unless the task says otherwise.
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+        torch.set_float32_matmul_precision("highest")
+        self.fixed_inputs = set(init.get("fixed_inputs", ()))
+        self.task = self._import("kernelrl_task", os.path.join(scratch, "task_reference.py"), init["task_source"])
+        self.model = None
+        self.compiled = None
+        # Captured before any candidate code exists in this process.
+        self._perf = time.perf_counter
+        self._sha = hashlib.sha256
+        self._Tensor = torch.Tensor
+        self._type = type
+        self._no_grad = torch.no_grad
+        self._sync = torch.cuda.synchronize if self.cuda else (lambda *a: None)
+        self._Event = torch.cuda.Event if self.cuda else None
+        self._flush_buf = None
+        if self.cuda:
+            l2 = getattr(torch.cuda.get_device_properties(self.device), "L2_cache_size", 50 << 20) or (50 << 20)
+            self._flush_buf = torch.empty(2 * l2 // 4 + 1024, dtype=torch.float32, device=self.device)
+            self._l2 = _L2Control(torch)
+        self.precision0 = tamper.precision_flags(torch)
+        if self.role == "reference":
+            self.model = self._build(self.task.Model)
+
+    # -- plumbing ---------------------------------------------------------------------------------------
+    def handle(self, op: dict):
+        return getattr(self, "op_" + op["op"])(op)
+
+    def _import(self, name: str, path: str, source: str):
+        with open(path, "w") as f:
+            f.write(source)
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+        return module
+
+    def _seed(self, seed: int):
+        self.torch.manual_seed(seed)
+        random.seed(seed)
+        try:
+            import numpy as np
+            np.random.seed(seed % (2**32))
+        except ImportError:
+            pass
+
+    def _init_inputs(self):
+        self._seed(self.init["seed"])
+        return list(self.task.get_init_inputs())
+
+    def _build(self, cls):
+        init_inputs = self._init_inputs()
+        self._seed(self.init["seed"])
+        model = cls(*init_inputs)
+        if isinstance(model, self.torch.nn.Module):
+            model = model.to(self.device)
+        return model
+
+    def inputs(self, seed: int, dist: str = "task", scale: float = 1.0) -> list:
+        """The task's inputs for `seed`, on this device; `dist="scaled"` or `scale` rescales float inputs."""
+        torch = self.torch
+        self._seed(seed)
+        xs = list(self.task.get_inputs())
+        if dist == "scaled":
+            scale = scale * random.Random(seed).uniform(0.5, 2.0)
+        out = []
+        for i, x in enumerate(xs):
+            if isinstance(x, torch.Tensor):
+                x = x.to(self.device)
+                if scale != 1.0 and x.is_floating_point() and i not in self.fixed_inputs:
+                    x = x * scale
+            out.append(x)
+        return out
+
+    # -- ops ---------------------------------------------------------------------------------------------
+    def op_load(self, op):
+        """Candidate role: import the candidate and build ModelNew with the reference's parameters."""
+        torch = self.torch
+        ref_state = {k: v.detach().clone() for k, v in self._build(self.task.Model).state_dict().items()} \
+            if isinstance(self.task.Model, type) and issubclass(self.task.Model, torch.nn.Module) else {}
+        path = os.path.join(self.scratch, "candidate.py")
+        writable = [self.scratch] + list(self.init.get("writable", ()))
+        self.snap = tamper.snapshot(torch)
+        self.audit = tamper.AuditLog(os.path.realpath(path), writable)
+        self.threads0 = tamper.python_threads()
+        self.children0 = tamper.child_processes()
+        if self.cuda:
+            self._l2.reset()
+        t0 = self._perf()
+        self.audit.armed = True
+        try:
+            module = self._import("candidate", path, op["source"])
+        except SyntaxError as e:
+            return _error("compile_error", f"syntax error at line {e.lineno}: {e.msg}\n{(e.text or '').rstrip()}")
+        except BaseException as e:
+            return _error(*buildlog.classify(e, path))
+        if not hasattr(module, "ModelNew"):
+            return _error("runtime_error", "the candidate defines no ModelNew")
+        try:
+            self.model = self._build(module.ModelNew)
+        except BaseException as e:
+            return _error(*buildlog.classify(e, path))
+        self.load_findings = []
+        if self.cuda and self._l2.persisting_limit() not in (0, None):
+            self.load_findings.append(["cache_persistence", "the candidate reserved persisting L2 cache "
+                                                            f"({self._l2.persisting_limit()} bytes) at load"])
+        copied = 0
+        if isinstance(self.model, torch.nn.Module) and ref_state:
+            own = self.model.state_dict()
+            match = {k: v for k, v in ref_state.items() if k in own and own[k].shape == v.shape}
+            if match:
+                self.model.load_state_dict(match, strict=False)
+                copied = len(match)
+        return {"type": "loaded", "build_s": self._perf() - t0, "params_copied": copied}, None
+
+    def op_trial(self, op):
+        """Run once on the inputs for `seed`; return outputs and hashes of the inputs after the call."""
+        torch = self.torch
+        xs = self.inputs(op["seed"], op.get("dist", "task"))
+        before = [self._digest(x) for x in xs]
+        self._poison(op.get("poison_bytes", 0))
+        try:
+            with self._no_grad():
+                out = self.model(*xs)
+            self._sync()
+        except BaseException as e:
+            return _error("runtime_error", _short_tb(e))
+        outs, problem = self._outputs(out)
+        if problem:
+            return {"type": "trial", "problem": problem}, None
+        after = [self._digest(x) for x in xs]
+        tensors = {f"out{i}": o.detach().to("cpu", copy=True) for i, o in enumerate(outs)}
+        in_bytes = sum(x.numel() * x.element_size() for x in xs if isinstance(x, torch.Tensor))
+        out_bytes = sum(o.numel() * o.element_size() for o in outs)
+        return {"type": "trial", "outputs": len(outs), "inputs_before": before, "inputs_after": after,
+                "in_bytes": in_bytes, "out_bytes": out_bytes}, tensors
+
+    def op_compile(self, op):
+        """Reference role: wrap the reference in torch.compile (timed later with `compiled=True`)."""
+        if self.compiled is None:
+            self.compiled = self.torch.compile(self.model, mode=op.get("mode") or None)
+        with self._no_grad():
+            self.compiled(*self.inputs(op["seed"]))
+        self._sync()
+        return {"type": "compiled"}, None
+
+    def op_time(self, op):
+        """Time `len(scales)` calls, each on freshly rescaled inputs, and return sampled outputs of each."""
+        torch = self.torch
+        model = self.compiled if op.get("compiled") else self.model
+        base = self.inputs(op["seed"])
+        with self._no_grad():
+            for _ in range(op.get("warmup", 3)):
+                model(*base)
+            self._sync()
+            times, walls, quiet, samples = [], [], [], {}
+            gen = torch.Generator().manual_seed(op["sample_seed"])
+            threads_before = tamper.python_threads()
+            for i, c in enumerate(op["scales"]):
+                xs = [x * c if isinstance(x, torch.Tensor) and x.is_floating_point() and j not in self.fixed_inputs
+                      else x for j, x in enumerate(base)]
+                if self.cuda:
+                    if op.get("flush", True):
+                        self._flush_buf.zero_()
+                        self._l2.reset()
+                    self._sync()
+                    start, end = self._Event(enable_timing=True), self._Event(enable_timing=True)
+                    w0 = self._perf()
+                    start.record()
+                    out = model(*xs)
+                    end.record()
+                    end.synchronize()
+                    q0 = self._perf()
+                    self._sync()  # device-wide: work hidden on other streams shows up here
+                    w1 = self._perf()
+                    times.append(start.elapsed_time(end) * 1e3)
+                    walls.append((w1 - w0) * 1e6)
+                    quiet.append((w1 - q0) * 1e6)
+                else:
+                    w0 = self._perf()
+                    out = model(*xs)
+                    w1 = self._perf()
+                    times.append((w1 - w0) * 1e6)
+                    walls.append((w1 - w0) * 1e6)
+                outs, problem = self._outputs(out)
+                if problem:
+                    return {"type": "timed", "problem": f"timed call {i}: {problem}"}, None
+                for k, o in enumerate(outs):
+                    flat = o.detach().reshape(-1)
+                    if flat.numel() == 0:
+                        continue
+                    idx = torch.randint(0, flat.numel(), (SAMPLES_PER_OUTPUT,), generator=gen)
+                    samples[f"c{i}o{k}"] = flat[idx.to(flat.device)].to("cpu", torch.float64)
+                del out, outs, xs
+        return {"type": "timed", "times_us": times, "wall_us": walls, "quiesce_us": quiet,
+                "threads_grew": tamper.python_threads() - threads_before}, samples
+
+    def op_report(self, op):
+        """Candidate role: the tampering evidence gathered since the candidate loaded."""
+        torch = self.torch
+        found = list(self.load_findings) + [list(x) for x in tamper.changed(self.snap)]
+        found += [list(x) for x in self.audit.events]
+        if tamper.python_threads() > self.threads0:
+            found.append(["background_thread", f"{tamper.python_threads() - self.threads0} Python thread(s) "
+                                               "started by the candidate are still running"])
+        if tamper.child_processes() > self.children0:
+            found.append(["background_thread", "the candidate left child processes running"])
+        now = tamper.precision_flags(torch)
+        for k, v in now.items():
+            if v != self.precision0.get(k):
+                found.append(["precision_downgrade", f"global precision setting {k} changed "
+                                                     f"from {self.precision0.get(k)!r} to {v!r}"])
+        if self.cuda and self._l2.persisting_limit() not in (0, None):
+            found.append(["cache_persistence", "the candidate reserved persisting L2 cache "
+                                               f"({self._l2.persisting_limit()} bytes)"])
+        return {"type": "report", "findings": found, "confinement": self.confinement}, None
+
+    # -- checks ------------------------------------------------------------------------------------------
+    def _outputs(self, out):
+        """The output as a list of plain, materialised tensors on this device, or a problem string."""
+        torch = self.torch
+        items = list(out) if isinstance(out, (tuple, list)) else [out]
+        outs = []
+        for i, o in enumerate(items):
+            if self._type(o) is not self._Tensor and not isinstance(o, torch.nn.Parameter):
+                kind = "lazy_output" if isinstance(o, torch.Tensor) else "type"
+                return [], f"{kind}: output {i} is a {type(o).__module__}.{type(o).__qualname__}, " \
+                           "not a plain torch.Tensor"
+            if o.device != self.device:
+                return [], f"device: output {i} is on {o.device}, expected {self.device}"
+            if getattr(o, "is_meta", False) or o.layout != torch.strided:
+                return [], f"lazy_output: output {i} has no materialised strided storage"
+            outs.append(o)
+        return outs, None
+
+    def _digest(self, x) -> str:
+        if not isinstance(x, self.torch.Tensor):
+            return repr(x)[:200]
+        t = x.detach().to("cpu").contiguous()
+        if t.dtype == self.torch.bfloat16:
+            t = t.view(self.torch.int16)
+        return self._sha(t.numpy().tobytes()).hexdigest() + str(tuple(t.shape))
+
+    def _poison(self, nbytes: int):
+        """Leave NaN-filled blocks in the allocator's free lists so unwritten outputs show up."""
+        if nbytes <= 0:
+            return
+        torch = self.torch
+        blocks = [torch.full((max(nbytes // 4, 1),), float("nan"), device=self.device) for _ in range(2)]
+        del blocks
+        gc.collect()
+
+
+class _L2Control:
+    """Reset and read the persisting-L2 reservation through the CUDA runtime torch uses."""
+
+    def __init__(self, torch):
+        self.lib = None
+        try:
+            import ctypes
+            import glob
+            names = glob.glob(os.path.join(os.path.dirname(torch.__file__), "lib", "libcudart*.so*"))
+            try:
+                import nvidia.cuda_runtime as ncr
+                names += glob.glob(os.path.join(list(ncr.__path__)[0], "lib", "libcudart.so*"))
+            except ImportError:
+                pass
+            for name in names + ["libcudart.so"]:
+                try:
+                    self.lib = ctypes.CDLL(name)
+                    break
+                except OSError:
+                    continue
+        except Exception:
+            self.lib = None
+
+    def reset(self):
+        if self.lib is not None:
+            self.lib.cudaDeviceSetLimit(0x06, 0)  # cudaLimitPersistingL2CacheSize
+            self.lib.cudaCtxResetPersistingL2Cache()
+
+    def persisting_limit(self):
+        if self.lib is None:
+            return None
+        import ctypes
+        value = ctypes.c_size_t(0)
+        if self.lib.cudaDeviceGetLimit(ctypes.byref(value), 0x06) != 0:
+            return None
+        return value.value
+
+
+def _error(kind: str, message: str):
+    return {"type": "error", "kind": kind, "message": message}, None
+
+
+def _short_tb(e: BaseException) -> str:
+    tb = traceback.format_exception(type(e), e, e.__traceback__)
+    return "".join(tb[-3:])[-3000:]

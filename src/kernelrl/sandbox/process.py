@@ -1,0 +1,162 @@
+"""Parent side of a worker: spawn it confined, send requests, read framed replies, kill it on timeout.
+
+A worker is a fresh `python -m kernelrl.sandbox.worker` process in its own session, with an allow-listed
+environment (no keys or tokens), its own scratch directory as cwd/HOME/TMPDIR, and one socket to the parent.
+Requests are pickled (parent to worker only); replies are `wire` messages, never unpickled.
+"""
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from multiprocessing.connection import Connection
+from pathlib import Path
+
+from kernelrl.sandbox import wire
+
+# Variables a worker may inherit; everything else (API keys, tokens, credentials) is dropped.
+_ENV_ALLOW = ("PATH", "LD_LIBRARY_PATH", "LANG", "LC_ALL", "LC_CTYPE", "TERM", "TZ", "PYTHONPATH",
+              "VIRTUAL_ENV", "CONDA_PREFIX", "CUDA_HOME", "CUDA_PATH", "CUDA_VISIBLE_DEVICES",
+              "NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES", "CC", "CXX", "NVCC_CCBIN",
+              "OMP_NUM_THREADS", "MKL_NUM_THREADS", "TORCH_CUDA_ARCH_LIST", "MAX_JOBS", "KERNELRL_SIZE",
+              "NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS")
+_SECRET_WORDS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "CREDENTIAL", "AUTH")
+
+
+class WorkerError(RuntimeError):
+    """The worker did not answer: it died, hung, or sent something malformed."""
+
+    def __init__(self, kind: str, message: str, stderr_tail: str = ""):
+        super().__init__(message)
+        self.kind = kind  # "died", "timeout", "malformed"
+        self.stderr_tail = stderr_tail
+
+
+def worker_env(scratch: Path, extra: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment a worker starts with: allow-listed variables only, secrets never."""
+    env = {k: v for k, v in os.environ.items()
+           if k in _ENV_ALLOW and not any(w in k.upper() for w in _SECRET_WORDS)}
+    env.update(HOME=str(scratch), TMPDIR=str(scratch), PYTHONUNBUFFERED="1", PYTHONDONTWRITEBYTECODE="1",
+               PYTHONNOUSERSITE="1")
+    env.update(extra or {})
+    return env
+
+
+class Worker:
+    """One spawned worker process; `request` sends an op and waits for its reply."""
+
+    def __init__(self, entry: str, *, scratch_root: Path, writable: list[Path] = (), confine: bool = True,
+                 memory_bytes: int = 0, env: dict[str, str] | None = None, init: dict | None = None):
+        scratch_root.mkdir(parents=True, exist_ok=True)
+        self.scratch = Path(tempfile.mkdtemp(prefix="w-", dir=scratch_root))
+        parent_sock, child_sock = socket.socketpair()
+        self._log = open(self.scratch.parent / f"{self.scratch.name}.log", "w+b")
+        spec = {"entry": entry, "scratch": str(self.scratch), "writable": [str(p) for p in writable],
+                "confine": confine, "memory_bytes": memory_bytes, "init": init or {}}
+        cmd = [sys.executable, "-m", "kernelrl.sandbox.worker", str(child_sock.fileno()), json.dumps(spec)]
+        self.proc = subprocess.Popen(
+            cmd, cwd=self.scratch, env=worker_env(self.scratch, env), stdin=subprocess.DEVNULL,
+            stdout=self._log, stderr=subprocess.STDOUT, pass_fds=(child_sock.fileno(),), start_new_session=True)
+        child_sock.close()
+        self.conn = Connection(parent_sock.detach())
+        self.started = time.monotonic()
+
+    def request(self, op: dict, timeout: float):
+        """Send `op`, return (header, tensors) of the reply; raises WorkerError if none comes in `timeout` s."""
+        try:
+            self.conn.send_bytes(pickle.dumps(op, protocol=pickle.HIGHEST_PROTOCOL))
+        except (BrokenPipeError, ConnectionResetError, OSError):
+            raise self._died()
+        deadline = time.monotonic() + timeout
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                self.kill()
+                raise WorkerError("timeout", f"no answer within {timeout:.0f} s", self.stderr_tail())
+            if self.conn.poll(min(left, 0.5)):
+                break
+            if self.proc.poll() is not None and not self.conn.poll(0):
+                raise self._died()
+        try:
+            message = self.conn.recv_bytes()
+        except (EOFError, OSError):
+            raise self._died()
+        try:
+            return wire.decode(message)
+        except wire.WireError as e:
+            self.kill()
+            raise WorkerError("malformed", f"malformed reply from worker: {e}", self.stderr_tail())
+
+    def _died(self) -> WorkerError:
+        try:
+            code = self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            code = self.proc.returncode
+        if code is not None and code < 0:
+            try:
+                name = signal.Signals(-code).name
+            except ValueError:
+                name = f"signal {-code}"
+            what = f"the worker was killed by {name}"
+        else:
+            what = f"the worker exited with code {code} before answering"
+        return WorkerError("died", what, self.stderr_tail())
+
+    def stderr_tail(self, n: int = 4000) -> str:
+        try:
+            self._log.flush()
+            size = os.path.getsize(self._log.name)
+            with open(self._log.name, "rb") as f:
+                f.seek(max(0, size - n))
+                return f.read().decode(errors="replace")
+        except OSError:
+            return ""
+
+    @property
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def kill(self):
+        """End the worker and everything it started (its whole process session)."""
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                self.proc.kill()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                pass
+        else:
+            try:  # children it left behind in its session
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+    def close(self):
+        """Kill the worker and remove its scratch directory."""
+        self.kill()
+        try:
+            self.conn.close()
+        except OSError:
+            pass
+        self._log.close()
+        shutil.rmtree(self.scratch, ignore_errors=True)
+        try:
+            os.unlink(self._log.name)
+        except OSError:
+            pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()

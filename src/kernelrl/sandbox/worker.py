@@ -1,0 +1,64 @@
+"""Child side of a worker: confine this process, then serve requests with the entry's handler.
+
+Run as `python -m kernelrl.sandbox.worker FD SPEC_JSON`. The entry (`module:Class`) is constructed with the
+spec's `init` dict and the confinement report; each request is a pickled dict from the trusted parent with an
+`op` key, answered by `handler.handle(op) -> (header, tensors)`.
+"""
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import sys
+import traceback
+from multiprocessing.connection import Connection
+
+
+def _confine(spec: dict) -> dict:
+    if not spec.get("confine"):
+        return {"requested": False}
+    try:
+        from kernelrl.sandbox import confine
+    except ImportError as e:  # pragma: no cover - confine ships with the package
+        return {"requested": True, "error": f"confinement unavailable: {e}"}
+    try:
+        return confine.confine(spec["scratch"], spec.get("writable", []), network=False,
+                               memory_bytes=spec.get("memory_bytes") or 0)
+    except Exception as e:  # never start unconfined silently: the report says what failed
+        return {"requested": True, "error": f"{type(e).__name__}: {e}"}
+
+
+def main(argv: list[str]) -> None:
+    fd, spec = int(argv[0]), json.loads(argv[1])
+    conn = Connection(fd)
+    from kernelrl.sandbox import wire
+
+    applied = _confine(spec)
+    module, _, cls = spec["entry"].partition(":")
+    __import__(module)
+    handler = getattr(sys.modules[module], cls)(spec.get("init", {}), applied, spec["scratch"])
+    send_bytes = conn.send_bytes  # taken before any untrusted code can touch the class
+    while True:
+        try:
+            raw = conn.recv_bytes()
+        except (EOFError, OSError):
+            os._exit(0)
+        op = pickle.loads(raw)
+        if op.get("op") == "exit":
+            os._exit(0)
+        try:
+            header, tensors = handler.handle(op)
+        except BaseException as e:  # the handler classifies known failures; this is the last net
+            header, tensors = {"type": "error", "kind": "runtime_error",
+                               "message": f"{type(e).__name__}: {e}",
+                               "traceback": traceback.format_exc()[-4000:]}, None
+        try:
+            message = wire.encode(header, tensors)
+        except Exception as e:
+            message = wire.encode({"type": "error", "kind": "runtime_error",
+                                   "message": f"cannot send result: {type(e).__name__}: {e}"})
+        send_bytes(message)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

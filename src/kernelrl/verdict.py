@@ -1,0 +1,145 @@
+"""The Verdict: plain data saying whether a candidate is correct and how much faster it really is."""
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from dataclasses import asdict, dataclass, field, fields
+
+STATUSES = ("ok", "incorrect", "compile_error", "runtime_error", "timeout", "rejected")
+
+
+@dataclass(frozen=True)
+class Flag:
+    """Something a check noticed. `hack` names the reward-hacking class when there is one."""
+
+    check: str
+    message: str
+    hack: str | None = None
+    severity: str = "reject"  # "reject" fails the verdict; "warn" is evidence only
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Flag":
+        return cls(**d)
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Per-call times of one program on one device, in microseconds."""
+
+    median_us: float
+    mean_us: float
+    min_us: float
+    max_us: float
+    stdev_us: float
+    n: int
+    method: str  # "cuda_graph", "cuda_events", "perf_counter"
+    # Host wall time of one call including a device-wide synchronisation (per-call latency), median.
+    wall_median_us: float | None = None
+
+    @classmethod
+    def from_samples(cls, samples_us: list[float], method: str,
+                     wall_us: list[float] | None = None) -> "Timing":
+        if not samples_us:
+            raise ValueError("no timing samples")
+        return cls(
+            median_us=statistics.median(samples_us),
+            mean_us=statistics.fmean(samples_us),
+            min_us=min(samples_us),
+            max_us=max(samples_us),
+            stdev_us=statistics.pstdev(samples_us) if len(samples_us) > 1 else 0.0,
+            n=len(samples_us),
+            method=method,
+            wall_median_us=statistics.median(wall_us) if wall_us else None,
+        )
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Timing":
+        return cls(**d)
+
+
+@dataclass(frozen=True)
+class ErrorStats:
+    """How far the candidate's outputs were from the reference's, worst over all trials."""
+
+    max_abs: float
+    max_rel: float
+    rel_l2: float  # ||out - ref|| / ||ref||
+    atol: float
+    rtol: float
+    trials: int
+    mismatched: int = 0  # elements outside atol + rtol * |ref| in the worst trial
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "ErrorStats":
+        return cls(**d)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The evaluator's judgement of one candidate on one task and device."""
+
+    status: str
+    message: str = ""
+    task: str = ""
+    candidate: str = ""  # candidate digest
+    device: str = "cpu"
+    speedup: float | None = None  # reference time / candidate time; None unless ok
+    reference: Timing | None = None
+    candidate_timing: Timing | None = None
+    compile_speedup: float | None = None  # over torch.compile of the reference, when asked
+    reference_compiled: Timing | None = None
+    error: ErrorStats | None = None
+    flags: tuple[Flag, ...] = ()
+    confinement: dict = field(default_factory=dict)
+    seconds: float = 0.0  # wall time of the whole evaluation
+
+    def __post_init__(self):
+        if self.status not in STATUSES:
+            raise ValueError(f"unknown status {self.status!r}; one of {STATUSES}")
+        if self.status != "ok" and self.speedup is not None:
+            raise ValueError("speedup is only set for status 'ok'")
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    @property
+    def hacks(self) -> tuple[str, ...]:
+        """The reward-hacking classes named by rejecting flags."""
+        return tuple(f.hack for f in self.flags if f.hack and f.severity == "reject")
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["flags"] = [asdict(f) for f in self.flags]
+        return _finite(d)
+
+    def to_json(self, **kw) -> str:
+        return json.dumps(self.to_dict(), **kw)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Verdict":
+        d = dict(d)
+        known = {f.name for f in fields(cls)}
+        d = {k: v for k, v in d.items() if k in known}
+        for key, typ in (("reference", Timing), ("candidate_timing", Timing),
+                         ("reference_compiled", Timing), ("error", ErrorStats)):
+            if d.get(key) is not None:
+                d[key] = typ.from_dict(d[key])
+        d["flags"] = tuple(Flag.from_dict(f) for f in d.get("flags", ()))
+        return cls(**d)
+
+    @classmethod
+    def from_json(cls, text: str) -> "Verdict":
+        return cls.from_dict(json.loads(text))
+
+
+def _finite(obj):
+    """JSON has no NaN/Inf: encode them as strings so the output stays strict JSON."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return str(obj)
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_finite(v) for v in obj]
+    return obj

@@ -1,0 +1,156 @@
+"""The evaluator's verdicts on real candidates, one status each, on the CPU."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kernelrl.evaluate import EvalConfig, EvaluationError, Evaluator
+from kernelrl.task import Candidate, Task, TaskError
+from kernelrl.verdict import Verdict
+
+DATA = Path(__file__).parent / "data" / "eval"
+FAST = dict(device="cpu", correctness_trials=3, timing_rounds=2, calls_per_round=5, warmup=1, timeout_s=120)
+
+
+@pytest.fixture(scope="module")
+def ev(tmp_path_factory):
+    cache = tmp_path_factory.mktemp("cache")
+    with Evaluator(EvalConfig(cache_dir=str(cache), **FAST)) as e:
+        yield e
+
+
+@pytest.fixture(scope="module")
+def task():
+    return Task.from_file(DATA / "scale_add.py")
+
+
+def judge(ev, task, name):
+    return ev.evaluate(task, Candidate.from_file(DATA / f"{name}.py"))
+
+
+def test_correct_candidate_is_ok_with_a_speedup(ev, task):
+    v = judge(ev, task, "correct")
+    assert v.status == "ok", v.message
+    assert v.speedup is not None and v.speedup > 0
+    assert v.reference.n == v.candidate_timing.n == 10
+    assert v.error.trials == 3 and v.error.mismatched == 0
+
+
+def test_wrong_candidate_is_incorrect(ev, task):
+    v = judge(ev, task, "wrong")
+    assert v.status == "incorrect"
+    assert v.speedup is None
+    assert "outside tolerance" in v.message
+
+
+def test_syntax_error_is_compile_error_with_the_line(ev, task):
+    v = judge(ev, task, "syntax_error")
+    assert v.status == "compile_error"
+    assert "line 6" in v.message
+
+
+def test_cpp_compile_error_is_trimmed_to_the_error(ev, task):
+    v = judge(ev, task, "cpp_error")
+    assert v.status == "compile_error"
+    assert "undeclared_identifier" in v.message
+    assert len(v.message) < 5000
+
+
+def test_cpp_extension_candidate_is_ok(ev, task):
+    v = judge(ev, task, "cpp_correct")
+    assert v.status == "ok", v.message
+
+
+def test_segfault_is_runtime_error_and_the_evaluator_survives(ev, task):
+    v = judge(ev, task, "segfault")
+    assert v.status == "runtime_error"
+    assert "SIGSEGV" in v.message
+    assert judge(ev, task, "correct").status == "ok"
+
+
+def test_exception_is_runtime_error_naming_the_line(ev, task):
+    v = judge(ev, task, "raises")
+    assert v.status == "runtime_error"
+    assert "shape mismatch in my kernel" in v.message and "line 9" in v.message
+
+
+def test_hang_is_bounded_by_the_timeout(task, tmp_path):
+    with Evaluator(EvalConfig(cache_dir=str(tmp_path), **dict(FAST, timeout_s=25))) as e:
+        v = e.evaluate(task, Candidate.from_file(DATA / "hang.py"))
+    assert v.status == "timeout"
+    assert v.seconds < 60
+
+
+def test_early_exit_is_rejected_not_believed(ev, task):
+    v = judge(ev, task, "early_exit")
+    assert v.status == "rejected"
+    assert "forged_result" in v.hacks
+
+
+def test_verdict_round_trips_through_json(ev, task):
+    v = judge(ev, task, "correct")
+    assert Verdict.from_json(v.to_json()) == v
+
+
+def test_workers_run_confined_with_no_secrets(ev, task, monkeypatch):
+    v = judge(ev, task, "correct")
+    assert v.confinement.get("env_secrets") == 0
+    assert v.confinement.get("landlock") is True
+
+
+def test_missing_modelnew_is_a_usage_error():
+    with pytest.raises(TaskError, match="ModelNew"):
+        Candidate.from_file(DATA / "no_modelnew.py")
+
+
+def test_reference_without_get_inputs_is_a_usage_error(tmp_path):
+    p = tmp_path / "ref.py"
+    p.write_text("import torch.nn as nn\nclass Model(nn.Module):\n    pass\n")
+    with pytest.raises(TaskError, match="get_inputs"):
+        Task.from_file(p)
+
+
+def test_unavailable_device_is_a_clear_error():
+    with pytest.raises(EvaluationError, match="not available|unsupported|unknown"):
+        Evaluator(EvalConfig(device="cuda:7" if not __import__("torch").cuda.is_available() else "tpu"))
+
+
+def run_cli(*args):
+    return subprocess.run([sys.executable, "-m", "kernelrl.cli", *args], capture_output=True, text=True,
+                          timeout=300)
+
+
+def test_cli_eval_json_prints_one_verdict(tmp_path):
+    r = run_cli("eval", str(DATA / "scale_add.py"), str(DATA / "correct.py"), "--json", "--rounds", "2",
+                "--calls", "5", "--trials", "2")
+    assert r.returncode == 0, r.stderr
+    v = Verdict.from_dict(json.loads(r.stdout))
+    assert v.status == "ok"
+
+
+def test_cli_table_and_nonzero_exit_for_incorrect():
+    r = run_cli("eval", str(DATA / "scale_add.py"), str(DATA / "wrong.py"), "--rounds", "1", "--calls", "2",
+                "--trials", "2")
+    assert r.returncode == 1
+    assert "incorrect" in r.stdout
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["nope.py", "also_nope.py"], "no such reference file"),
+    ([str(DATA / "scale_add.py"), str(DATA / "no_modelnew.py")], "ModelNew"),
+    ([str(DATA / "correct.py"), str(DATA / "correct.py")], "Model, get_inputs, get_init_inputs"),
+])
+def test_cli_usage_errors_are_one_line(args, needle):
+    r = run_cli("eval", *args)
+    assert r.returncode == 2
+    assert needle in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_cli_unavailable_device_is_one_line():
+    if __import__("torch").cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    r = run_cli("eval", str(DATA / "scale_add.py"), str(DATA / "correct.py"), "--device", "cuda")
+    assert r.returncode == 2 and "not available" in r.stderr and "Traceback" not in r.stderr
