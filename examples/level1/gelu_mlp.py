@@ -2,7 +2,7 @@
 import torch
 import torch.nn as nn
 
-M, K, N = 512, 1024, 1024
+M, K, N = (512, 1024, 1024) if __import__("os").environ.get("KERNELRL_SIZE") != "small" else (64, 128, 128)
 
 
 class Model(nn.Module):

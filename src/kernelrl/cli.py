@@ -69,8 +69,11 @@ def print_verdict(v) -> None:
         t.add_row("speedup", f"[bold]{v.speedup:.3f}×[/] over the eager reference")
     if v.compile_speedup is not None:
         t.add_row("", f"{v.compile_speedup:.3f}× over torch.compile(reference)")
+    if v.graph_speedup is not None:
+        t.add_row("", f"{v.graph_speedup:.3f}× with both captured in CUDA graphs (device time)")
     for label, timing in (("reference", v.reference), ("candidate", v.candidate_timing),
-                          ("torch.compile", v.reference_compiled)):
+                          ("torch.compile", v.reference_compiled), ("reference graph", v.reference_graph),
+                          ("candidate graph", v.candidate_graph)):
         if timing:
             wall = f", per call {timing.wall_median_us:.1f} µs" if timing.wall_median_us else ""
             t.add_row(label, f"{timing.median_us:.1f} µs median (±{timing.stdev_us:.1f}, n={timing.n}, "

@@ -89,6 +89,9 @@ class Verdict:
     candidate_timing: Timing | None = None
     compile_speedup: float | None = None  # over torch.compile of the reference, when asked
     reference_compiled: Timing | None = None
+    graph_speedup: float | None = None  # both programs captured in CUDA graphs and replayed (device time)
+    reference_graph: Timing | None = None
+    candidate_graph: Timing | None = None
     error: ErrorStats | None = None
     flags: tuple[Flag, ...] = ()
     confinement: dict = field(default_factory=dict)
@@ -122,8 +125,8 @@ class Verdict:
         d = dict(d)
         known = {f.name for f in fields(cls)}
         d = {k: v for k, v in d.items() if k in known}
-        for key, typ in (("reference", Timing), ("candidate_timing", Timing),
-                         ("reference_compiled", Timing), ("error", ErrorStats)):
+        for key, typ in (("reference", Timing), ("candidate_timing", Timing), ("reference_compiled", Timing),
+                         ("reference_graph", Timing), ("candidate_graph", Timing), ("error", ErrorStats)):
             if d.get(key) is not None:
                 d[key] = typ.from_dict(d[key])
         d["flags"] = tuple(Flag.from_dict(f) for f in d.get("flags", ()))

@@ -45,6 +45,8 @@ def check_device(device: str) -> torch.device:
                                   "(use --device cpu)")
         if dev.index is not None and dev.index >= torch.cuda.device_count():
             raise EvaluationError(f"device {device!r} is not available: {torch.cuda.device_count()} GPU(s) here")
+        if dev.index is None:
+            dev = torch.device("cuda", torch.cuda.current_device())
     elif dev.type != "cpu":
         raise EvaluationError(f"unsupported device {device!r}: use cpu, cuda or cuda:N")
     return dev
@@ -88,7 +90,7 @@ class Evaluator:
             if status in ("ok", "incorrect") and any(f.severity == "reject" for f in flags):
                 status = "rejected"
             if status != "ok":
-                kw["speedup"] = kw["compile_speedup"] = None
+                kw["speedup"] = kw["compile_speedup"] = kw["graph_speedup"] = None
             if status == "rejected" and not kw.get("message"):
                 kw["message"] = "; ".join(f"{f.hack or f.check}: {f.message}" for f in flags
                                           if f.severity == "reject")[:2000]
@@ -193,6 +195,8 @@ class Evaluator:
             if cfg.compare_compile:
                 self._compile_reference(ref, task)
             ref_t, cand_t, comp_t = self._timing(task, ref, cand, left, flags, first)
+            graphs = self._graphs(task, ref, cand, left, flags, first) if (
+                cfg.use_graphs and self.device.type == "cuda") else {}
             report = self._report(cand, left, flags)
             speedup = ref_t.median_us / cand_t.median_us if cand_t.median_us > 0 else float("inf")
             self._roofline(cand_t, first, flags)
@@ -204,7 +208,7 @@ class Evaluator:
                     "speedup": speedup, "reference": ref_t, "candidate_timing": cand_t,
                     "reference_compiled": comp_t,
                     "compile_speedup": (comp_t.median_us / cand_t.median_us) if comp_t else None,
-                    "error": error, "flags": flags, "confinement": report}
+                    "error": error, "flags": flags, "confinement": report, **graphs}
         except _Aborted as a:
             a.kw.setdefault("flags", flags)
             raise
@@ -364,6 +368,28 @@ class Evaluator:
                                                  "was launched on another stream", hack="side_stream"))
         return (Timing.from_samples(ref_s, self._method(), ref_w), cand_t,
                 Timing.from_samples(comp_s, self._method()) if comp_s else None)
+
+    def _graphs(self, task, ref, cand, left, flags, first) -> dict:
+        """CUDA-graph replay times of both programs, when both can be captured; outputs checked as in timing."""
+        cfg = self.config
+        ref_s, cand_s = [], []
+        for r in range(max(1, cfg.timing_rounds // 2)):
+            op = {"op": "graph", "seed": secrets.randbits(62), "sample_seed": secrets.randbits(62),
+                  "scales": [random.uniform(0.8, 1.25) for _ in range(cfg.calls_per_round)], "flush": cfg.flush_l2}
+            rh, rt = ref.request(op, left())
+            ch, ct = self._ask(cand, op, left(), "graph replay")
+            if rh.get("unavailable") or ch.get("unavailable"):
+                why = rh.get("unavailable") or ch.get("unavailable")
+                flags.append(Flag("cuda_graph", f"graph replay not timed: {why}", severity="warn"))
+                return {}
+            bad = self._check_samples(task, rt, ct, first["ref"])
+            if bad:
+                flags.append(Flag("timed_outputs", f"graph replay: {bad}", hack="result_replay"))
+                return {}
+            ref_s += rh["times_us"]
+            cand_s += ch["times_us"]
+        rg, cg = Timing.from_samples(ref_s, "cuda_graph"), Timing.from_samples(cand_s, "cuda_graph")
+        return {"reference_graph": rg, "candidate_graph": cg, "graph_speedup": rg.median_us / cg.median_us}
 
     def _check_samples(self, task, rt, ct, first_ref) -> str:
         """'' when every sampled output element of every timed call matches the reference's."""

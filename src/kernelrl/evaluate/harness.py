@@ -231,6 +231,59 @@ class Harness:
         return {"type": "timed", "times_us": times, "wall_us": walls, "quiesce_us": quiet,
                 "threads_grew": tamper.python_threads() - threads_before}, samples
 
+    def op_graph(self, op):
+        """Capture one call in a CUDA graph, then time replays on fresh inputs copied into its buffers."""
+        torch = self.torch
+        if not self.cuda:
+            return {"type": "graph", "unavailable": "CUDA graphs need a CUDA device"}, None
+        base = self.inputs(op["seed"])
+        static = [x.clone() if isinstance(x, torch.Tensor) else x for x in base]
+        try:
+            with self._no_grad():
+                side = torch.cuda.Stream()
+                side.wait_stream(torch.cuda.current_stream())
+                with torch.cuda.stream(side):
+                    for _ in range(3):
+                        self.model(*static)
+                torch.cuda.current_stream().wait_stream(side)
+                graph = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(graph):
+                    static_out = self.model(*static)
+            self._sync()
+        except BaseException as e:
+            self._sync_quietly()
+            return {"type": "graph", "unavailable": f"capture failed: {type(e).__name__}: {str(e)[:300]}"}, None
+        outs, problem = self._outputs(static_out)
+        if problem:
+            return {"type": "graph", "unavailable": problem}, None
+        gen = torch.Generator().manual_seed(op["sample_seed"])
+        times, samples = [], {}
+        for i, c in enumerate(op["scales"]):
+            for j, x in enumerate(base):
+                if isinstance(x, torch.Tensor):
+                    static[j].copy_(x * c if x.is_floating_point() and j not in self.fixed_inputs else x)
+            if op.get("flush", True):
+                self._flush_buf.zero_()
+            start, end = self._Event(enable_timing=True), self._Event(enable_timing=True)
+            start.record()
+            graph.replay()
+            end.record()
+            self._sync()
+            times.append(start.elapsed_time(end) * 1e3)
+            for k, o in enumerate(outs):
+                flat = o.detach().reshape(-1)
+                idx = torch.randint(0, max(flat.numel(), 1), (SAMPLES_PER_OUTPUT,), generator=gen)
+                if flat.numel():
+                    samples[f"c{i}o{k}"] = flat[idx.to(flat.device)].to("cpu", torch.float64)
+        del graph
+        return {"type": "graph", "times_us": times}, samples
+
+    def _sync_quietly(self):
+        try:
+            self._sync()
+        except BaseException:
+            pass
+
     def op_report(self, op):
         """Candidate role: the tampering evidence gathered since the candidate loaded."""
         torch = self.torch

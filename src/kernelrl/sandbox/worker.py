@@ -14,6 +14,9 @@ import traceback
 from multiprocessing.connection import Connection
 
 
+_CACHE_VARS = ("TORCH_EXTENSIONS_DIR", "TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR", "CUDA_CACHE_PATH")
+
+
 def _confine(spec: dict) -> dict:
     if not spec.get("confine"):
         return {"requested": False}
@@ -22,18 +25,37 @@ def _confine(spec: dict) -> dict:
     except ImportError as e:  # pragma: no cover - confine ships with the package
         return {"requested": True, "error": f"confinement unavailable: {e}"}
     try:
+        cuda = str(spec.get("init", {}).get("device", "cpu")).startswith("cuda")
         return confine.confine(spec["scratch"], spec.get("writable", []), network=False,
-                               memory_bytes=spec.get("memory_bytes") or 0)
+                               memory_bytes=spec.get("memory_bytes") or None, cuda=cuda)
     except Exception as e:  # never start unconfined silently: the report says what failed
         return {"requested": True, "error": f"{type(e).__name__}: {e}"}
 
 
+def _init_cuda(spec: dict) -> None:
+    """Open the GPU before confinement: the driver needs files and calls that confinement then denies."""
+    device = str(spec.get("init", {}).get("device", "cpu"))
+    if device.startswith("cuda"):
+        import torch
+
+        torch.cuda.set_device(torch.device(device))
+        torch.cuda.init()
+        torch.empty(1, device=device)  # creates the context
+
+
 def main(argv: list[str]) -> None:
     fd, spec = int(argv[0]), json.loads(argv[1])
+    # `python -m` puts the working directory (the scratch dir) first on sys.path; folders created there
+    # (caches such as triton/) must not shadow installed packages.
+    sys.path[:] = [p for p in sys.path if p not in ("", ".", os.getcwd(), spec["scratch"])]
     conn = Connection(fd)
     from kernelrl.sandbox import wire
 
+    # Build caches the parent placed in writable per-source directories survive confinement's defaults.
+    caches = {k: os.environ[k] for k in _CACHE_VARS if k in os.environ}
+    _init_cuda(spec)
     applied = _confine(spec)
+    os.environ.update(caches)
     module, _, cls = spec["entry"].partition(":")
     __import__(module)
     handler = getattr(sys.modules[module], cls)(spec.get("init", {}), applied, spec["scratch"])

@@ -1,0 +1,75 @@
+"""Evaluator overhead and repeatability: one candidate evaluated N times with a warm build cache.
+
+Usage: python benchmarks/eval_overhead.py OUT_DIR [--device cuda] [--repeats 5]
+Writes OUT_DIR/eval_overhead.json and OUT_DIR/eval_overhead.md.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import time
+from pathlib import Path
+
+import torch
+
+from kernelrl.evaluate import EvalConfig, Evaluator
+from kernelrl.task import Candidate, Task
+
+ROOT = Path(__file__).resolve().parents[1]
+PAIRS = {
+    "cuda": [("tests/data/eval_gpu/softmax_rows.py", "tests/data/eval_gpu/softmax_cuda.py"),
+             ("tests/data/eval_gpu/softmax_rows.py", "tests/data/eval_gpu/softmax_triton.py")],
+    "cpu": [("tests/data/eval/scale_add.py", "tests/data/eval/correct.py")],
+}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("out", type=Path)
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--repeats", type=int, default=5)
+    args = ap.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for ref_path, cand_path in PAIRS["cuda" if args.device.startswith("cuda") else "cpu"]:
+        task, cand = Task.from_file(ROOT / ref_path), Candidate.from_file(ROOT / cand_path)
+        with Evaluator(EvalConfig(device=args.device, cache_dir="/tmp/kernelrl-eval-cache")) as ev:
+            t0 = time.monotonic()
+            cold = ev.evaluate(task, cand)  # builds and caches; starts the reference worker
+            cold_s = time.monotonic() - t0
+            runs = []
+            for _ in range(args.repeats):
+                t0 = time.monotonic()
+                v = ev.evaluate(task, cand)
+                runs.append({"seconds": time.monotonic() - t0, "status": v.status, "speedup": v.speedup,
+                             "ref_us": v.reference.median_us if v.reference else None,
+                             "cand_us": v.candidate_timing.median_us if v.candidate_timing else None})
+        sp = [r["speedup"] for r in runs if r["speedup"]]
+        med = statistics.median(sp) if sp else float("nan")
+        rows.append({"task": task.name, "candidate": Path(cand_path).stem, "cold_status": cold.status,
+                     "cold_seconds": cold_s, "warm_seconds_median": statistics.median(r["seconds"] for r in runs),
+                     "warm_seconds_max": max(r["seconds"] for r in runs), "speedups": sp,
+                     "speedup_median": med, "speedup_spread": (max(sp) - min(sp)) / med if sp else None,
+                     "runs": runs})
+        print(json.dumps(rows[-1], indent=1))
+    env = {"device": torch.cuda.get_device_name() if args.device.startswith("cuda") else platform.processor(),
+           "torch": torch.__version__, "date": time.strftime("%Y-%m-%d")}
+    (args.out / "eval_overhead.json").write_text(json.dumps({"env": env, "rows": rows}, indent=1))
+    lines = [f"# Evaluator overhead and repeatability ({env['device']}, torch {env['torch']}, {env['date']})", "",
+             "Each candidate evaluated once cold (build + reference worker start), then "
+             f"{args.repeats} times warm. Spread = (max − min) / median of the warm speedups.", "",
+             "| task | candidate | cold s | warm s (median / max) | speedup median | spread |",
+             "| --- | --- | --- | --- | --- | --- |"]
+    for r in rows:
+        spread = f"{100 * r['speedup_spread']:.2f}%" if r["speedup_spread"] is not None else "n/a"
+        lines.append(f"| {r['task']} | {r['candidate']} | {r['cold_seconds']:.1f} | "
+                     f"{r['warm_seconds_median']:.1f} / {r['warm_seconds_max']:.1f} | {r['speedup_median']:.3f} | "
+                     f"{spread} |")
+    (args.out / "eval_overhead.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""Runtime guards a worker applies around candidate calls: roofline floor, output poisoning, allocator poisoning, L2."""
