@@ -70,10 +70,18 @@ class Worker:
 
     def request(self, op: dict, timeout: float):
         """Send `op`, return (header, tensors) of the reply; raises WorkerError if none comes in `timeout` s."""
+        self.send(op)
+        return self.receive(timeout)
+
+    def send(self, op: dict) -> None:
+        """Send `op` without waiting for the reply (pair with `receive`)."""
         try:
             self.conn.send_bytes(pickle.dumps(op, protocol=pickle.HIGHEST_PROTOCOL))
         except (BrokenPipeError, ConnectionResetError, OSError):
             raise self._died()
+
+    def receive(self, timeout: float):
+        """The reply to the last op sent: (header, tensors); raises WorkerError if none comes in `timeout` s."""
         deadline = time.monotonic() + timeout
         while True:
             left = deadline - time.monotonic()
