@@ -26,6 +26,7 @@ class EvalConfig:
     compare_compile: bool = False        # also time torch.compile(reference)
     memory_limit_gb: float = 16.0        # host memory of one worker
     recheck_speedup: float = 3.0         # speedups above this are re-measured in a fresh worker
+    cpu_threads: int = 1                 # CPU workers compute on this many threads (steady timings when shared)
     confine: bool = True                 # Landlock + network namespace where the OS allows
     cache_dir: str = ""                  # "" means default_cache_dir()
 

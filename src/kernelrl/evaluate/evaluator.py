@@ -6,7 +6,6 @@ runs no task or candidate code: it picks secret seeds, keeps the reference's out
 from __future__ import annotations
 
 import hashlib
-import random
 import secrets
 import statistics
 import sys
@@ -24,9 +23,10 @@ from kernelrl.task import Candidate, Task
 from kernelrl.verdict import ErrorStats, Flag, Timing, Verdict
 
 HARNESS = "kernelrl.evaluate.harness:Harness"
-# Peak DRAM bandwidth by device name (bytes/s), with headroom: a time under bytes/peak is impossible.
-_PEAK_BANDWIDTH = {"H200": 4.8e12, "H100": 3.35e12, "A100": 2.04e12, "L40": 0.864e12, "B200": 8.0e12}
-_ROOFLINE_HEADROOM = 1.25
+# Library operators that do a task's heavy work; a task with the own_kernels policy may not call them.
+_LIBRARY_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::matmul", "aten::linear",
+                "aten::conv", "aten::_convolution", "aten::cudnn_", "aten::mkldnn_", "aten::scaled_dot_product",
+                "aten::_scaled_dot_product", "aten::_flash_attention", "aten::_efficient_attention")
 
 
 class EvaluationError(RuntimeError):
@@ -74,13 +74,14 @@ class Evaluator:
         self._lock = threading.RLock()
         self.cache = self.config.cache_path
         self._device_name = torch.cuda.get_device_name(self.device) if self.device.type == "cuda" else "cpu"
+        self._cpu_peaks = None
 
     # -- public -------------------------------------------------------------------------------------------
     def evaluate(self, task: Task, candidate: Candidate) -> Verdict:
         """Correctness, speed and integrity of `candidate` on `task`; never raises for candidate faults."""
         with self._lock:
             t0 = time.monotonic()
-            static = _static_flags(candidate.source)
+            static = _static_flags(candidate.source, task.source)
             try:
                 kw = self._evaluate(task, candidate, t0)
             except _Aborted as a:
@@ -105,7 +106,7 @@ class Evaluator:
                 self._compile_reference(ref, task)
             samples, walls = [], []
             for _ in range(self.config.timing_rounds):
-                h, _ = self._time(ref, random.Random(), compiled, self.config.timeout_s)
+                h, _ = self._time(ref, compiled, self.config.timeout_s)
                 samples += h["times_us"]
                 walls += h["wall_us"]
             return Timing.from_samples(samples, self._method(), walls)
@@ -144,18 +145,22 @@ class Evaluator:
         while len(self._refs) >= self._max_refs:
             self._refs.popitem(last=False)[1][0].close()
         init = {"role": "reference", "task_source": task.source, "seed": secrets.randbits(31),
-                "fixed_inputs": list(task.meta.fixed_inputs)}
+                "fixed_inputs": list(task.meta.fixed_inputs), "cpu_threads": self.config.cpu_threads}
         try:
             worker = self._spawn(init, self.cache / "build" / f"ref-{key}-{toolchain_key()}")
-            h, _ = worker.request({"op": "trial", "seed": 0}, self.config.timeout_s)
+            h, _ = worker.request({"op": "trial", "seed": 0, "count_work": True}, self.config.timeout_s)
         except WorkerError as e:
             raise EvaluationError(f"{task.name}: the reference does not run: {e}\n{e.stderr_tail[-1500:]}") from e
         if h.get("type") == "error" or h.get("problem"):
             worker.close()
             raise EvaluationError(f"{task.name}: the reference does not run: {h.get('message') or h.get('problem')}")
-        state = {"init": init, "compiled": False, "out_bytes": h.get("out_bytes", 0)}
+        state = {"init": init, "compiled": False, "out_bytes": h.get("out_bytes", 0), "work": h.get("work")}
         self._refs[key] = (worker, state)
         return worker, state
+
+    def _candidate_init(self, task: Task, state: dict) -> dict:
+        return {"role": "candidate", "task_source": task.source, "seed": state["init"]["seed"],
+                "fixed_inputs": list(task.meta.fixed_inputs), "cpu_threads": self.config.cpu_threads}
 
     def _compile_reference(self, ref: Worker, task: Task):
         state = next(s for w, s in self._refs.values() if w is ref)
@@ -179,43 +184,48 @@ class Evaluator:
             return min(remaining, cap) if cap else remaining
 
         ref, state = self._reference(task)
-        init = {"role": "candidate", "task_source": task.source, "seed": state["init"]["seed"],
-                "fixed_inputs": list(task.meta.fixed_inputs)}
+        init = self._candidate_init(task, state)
         cand = self._spawn(init, self.cache / "build" / f"{candidate.digest}-{toolchain_key()}")
         flags: list[Flag] = []
+        reported: dict = {}
         try:
-            h = self._ask(cand, {"op": "load", "source": candidate.source}, left(cfg.build_timeout_s),
-                          "build", build=True)
+            self._ask(cand, {"op": "load", "source": candidate.source}, left(cfg.build_timeout_s), "build")
             # -- correctness: fresh secret seeds, two input distributions, agreement on a repeat
             error, first = self._check(task, ref, cand, left, flags)
             if any(f.severity == "reject" for f in flags) or error.mismatched or first is None:
                 return {"status": "incorrect", "message": self._incorrect_message, "error": error,
-                        "flags": flags, "confinement": self._confinement(cand, left)}
+                        "flags": flags, "confinement": self._report(cand, left, flags, reported)}
+            self._policies(task, ref, cand, left, flags)
             # -- timing: reference and candidate alternate; every timed call has fresh inputs, outputs checked
             if cfg.compare_compile:
                 self._compile_reference(ref, task)
             ref_t, cand_t, comp_t = self._timing(task, ref, cand, left, flags, first)
             graphs = self._graphs(task, ref, cand, left, flags, first) if (
                 cfg.use_graphs and self.device.type == "cuda") else {}
-            report = self._report(cand, left, flags)
+            report = self._report(cand, left, flags, reported)
             speedup = ref_t.median_us / cand_t.median_us if cand_t.median_us > 0 else float("inf")
-            self._roofline(cand_t, first, flags)
+            self._roofline(task, state, cand_t, flags)
             threshold = max(cfg.recheck_speedup, task.meta.suspicious_speedup or 0)
             if speedup > threshold and not any(f.severity == "reject" for f in flags):
-                cand_t, speedup = self._recheck(task, candidate, ref_t, cand_t, speedup, left, flags)
-            status = "incorrect" if any(f.check == "timed_outputs" for f in flags) else "ok"
-            return {"status": status, "message": "" if status == "ok" else self._incorrect_message,
-                    "speedup": speedup, "reference": ref_t, "candidate_timing": cand_t,
-                    "reference_compiled": comp_t,
+                ref_t, cand_t, speedup = self._recheck(task, candidate, ref_t, cand_t, speedup, left, flags)
+            return {"status": "ok", "message": "", "speedup": speedup, "reference": ref_t,
+                    "candidate_timing": cand_t, "reference_compiled": comp_t,
                     "compile_speedup": (comp_t.median_us / cand_t.median_us) if comp_t else None,
                     "error": error, "flags": flags, "confinement": report, **graphs}
         except _Aborted as a:
+            # Keep the tampering evidence of an aborted run: it names the hack behind the failure.
             a.kw.setdefault("flags", flags)
+            if cand.alive and not reported:
+                try:
+                    a.kw["confinement"] = self._report(cand, lambda cap=None: min(cap or 30, 30), a.kw["flags"],
+                                                       reported)
+                except _Aborted:
+                    pass
             raise
         finally:
             cand.close()
 
-    _incorrect_message = ""
+    _incorrect_message = ""  # the reason of the last failed comparison (calls are serialised by the lock)
 
     def _ask(self, worker: Worker, op: dict, timeout: float, what: str, build: bool = False):
         """Send an op to a candidate worker; turn every failure into a verdict (raised as _Aborted)."""
@@ -326,12 +336,14 @@ class Evaluator:
                 flags.append(Flag("degenerate_output", f"{k} is constant while the reference's varies",
                                   hack="degenerate_output"))
 
-    def _time(self, worker: Worker, rng: random.Random, compiled: bool, timeout: float):
+    def _time_op(self, seed: int, kind: str = "time", **extra) -> dict:
+        """One round's request: `calls` timed calls on fresh permutations of the inputs for `seed`."""
         cfg = self.config
-        op = {"op": "time", "seed": secrets.randbits(62), "sample_seed": secrets.randbits(62),
-              "scales": [rng.uniform(0.8, 1.25) for _ in range(cfg.calls_per_round)], "warmup": cfg.warmup,
-              "flush": cfg.flush_l2, "compiled": compiled}
-        h, t = worker.request(op, timeout)
+        return {"op": kind, "seed": seed, "sample_seed": secrets.randbits(62), "perm_seed": secrets.randbits(62),
+                "calls": cfg.calls_per_round, "warmup": cfg.warmup, "flush": cfg.flush_l2, **extra}
+
+    def _time(self, worker: Worker, compiled: bool, timeout: float):
+        h, t = worker.request(self._time_op(secrets.randbits(62), compiled=compiled), timeout)
         if h.get("type") == "error" or h.get("problem"):
             raise EvaluationError(f"the reference failed while being timed: {h.get('message') or h.get('problem')}")
         return h, t
@@ -339,12 +351,9 @@ class Evaluator:
     def _timing(self, task, ref, cand, left, flags, first):
         cfg = self.config
         ref_s, ref_w, cand_s, cand_w, comp_s, quiet = [], [], [], [], [], []
-        seed = secrets.randbits(62)  # one base input set; every timed call rescales it afresh
+        seed = secrets.randbits(62)  # one base input set; every timed call gets a fresh permutation of it
         for r in range(cfg.timing_rounds):
-            sample_seed = secrets.randbits(62)
-            calls = [random.uniform(0.8, 1.25) for _ in range(cfg.calls_per_round)]
-            op = {"op": "time", "seed": seed, "sample_seed": sample_seed, "scales": calls, "warmup": cfg.warmup,
-                  "flush": cfg.flush_l2}
+            op = self._time_op(seed)
             order = ("ref", "cand") if r % 2 == 0 else ("cand", "ref")
             got = {}
             for who in order:
@@ -391,8 +400,7 @@ class Evaluator:
         ref_s, cand_s = [], []
         seed = secrets.randbits(62)
         for r in range(max(1, cfg.timing_rounds // 2)):
-            op = {"op": "graph", "seed": seed, "sample_seed": secrets.randbits(62),
-                  "scales": [random.uniform(0.8, 1.25) for _ in range(cfg.calls_per_round)], "flush": cfg.flush_l2}
+            op = self._time_op(seed, kind="graph")
             rh, rt = ref.request(op, left())
             ch, ct = self._ask(cand, op, left(), "graph replay")
             if rh.get("unavailable") or ch.get("unavailable"):
@@ -422,63 +430,79 @@ class Evaluator:
                 return f"timed call {call} output {out} does not match"
         return ""
 
-    def _report(self, cand, left, flags) -> dict:
+    def _report(self, cand, left, flags, reported: dict) -> dict:
+        """The candidate worker's tampering evidence, as flags; its confinement report is returned."""
         h, _ = self._ask(cand, {"op": "report"}, left(), "integrity report")
-        for hack, message in h.get("findings", []):
-            flags.append(Flag("runtime_evidence", message, hack=hack))
+        for finding in h.get("findings", []):
+            hack, message = finding[0], finding[1]
+            severity = finding[2] if len(finding) > 2 and finding[2] in ("warn", "reject") else "reject"
+            flags.append(Flag("runtime_evidence", message, hack=hack, severity=severity))
+        reported.update(h.get("confinement", {}), done=True)
         return h.get("confinement", {})
 
-    def _confinement(self, cand, left) -> dict:
-        try:
-            h, _ = cand.request({"op": "report"}, left(30))
-        except (WorkerError, _Aborted):
-            return {}
-        return h.get("confinement", {})
+    def _policies(self, task, ref, cand, left, flags):
+        """Task policies checked by watching what runs: own_kernels forbids the reference's library ops."""
+        if "own_kernels" not in task.meta.policies:
+            return
+        seed = secrets.randbits(62)
+        ref_ops = set(ref.request({"op": "profile", "seed": seed}, left())[0].get("ops", []))
+        cand_ops = set(self._ask(cand, {"op": "profile", "seed": seed}, left(), "profile")[0].get("ops", []))
+        heavy = {op for op in ref_ops & cand_ops if any(k in op for k in _LIBRARY_OPS)}
+        if heavy:
+            flags.append(Flag("own_kernels", f"the task asks for the candidate's own kernels, but it runs the "
+                                             f"library operators {sorted(heavy)} that the reference uses",
+                              hack="reference_fallback"))
 
-    def _roofline(self, cand_t: Timing, first, flags):
-        if self.device.type != "cuda":
+    def _peaks(self, low_precision: bool):
+        from kernelrl.evaluate.guards import roofline
+
+        if self.device.type == "cuda":
+            return roofline.cuda_peaks(self._device_name, low_precision)
+        if self._cpu_peaks is None:
+            self._cpu_peaks = roofline.cpu_peaks()
+        return self._cpu_peaks
+
+    def _roofline(self, task, state, cand_t: Timing, flags):
+        """Flag a time below what the reference's counted flops and bytes allow on this machine."""
+        from kernelrl.evaluate.guards import roofline
+
+        work = state.get("work")
+        if not work:
             return
-        peak = next((bw for name, bw in _PEAK_BANDWIDTH.items() if name in self._device_name), None)
-        if peak is None:
+        peaks = self._peaks(task.meta.dtype in ("float16", "bfloat16", "fp16", "bf16"))
+        if peaks is None:
             return
-        h = first["ref_header"]
-        floor_us = (h["in_bytes"] + h["out_bytes"]) / (peak * _ROOFLINE_HEADROOM) * 1e6
-        if cand_t.median_us < floor_us:
-            flags.append(Flag("roofline", f"{cand_t.median_us:.1f} µs is below the memory floor of "
-                                          f"{floor_us:.1f} µs for {h['in_bytes'] + h['out_bytes']} bytes on "
-                                          f"{self._device_name}", hack="impossible_speed"))
+        why = roofline.below_floor(cand_t.median_us, roofline.Work.from_dict(work), peaks)
+        if why:
+            flags.append(Flag("roofline", why, hack="impossible_speed"))
 
     def _recheck(self, task, candidate, ref_t, cand_t, speedup, left, flags):
-        """Re-measure a large speedup in a fresh worker; flag it when it does not hold."""
+        """Re-measure a large speedup in a fresh worker beside the reference; flag it when it does not hold."""
         ref, state = self._reference(task)
-        init = {"role": "candidate", "task_source": task.source, "seed": state["init"]["seed"],
-                "fixed_inputs": list(task.meta.fixed_inputs)}
+        init = self._candidate_init(task, state)
         again = self._spawn(init, self.cache / "build" / f"{candidate.digest}-{toolchain_key()}")
+        ref_s, cand_s = [], []
         try:
             self._ask(again, {"op": "load", "source": candidate.source}, left(self.config.build_timeout_s),
                       "re-measurement build")
-            samples = []
+            seed = secrets.randbits(62)
             for _ in range(max(2, self.config.timing_rounds // 2)):
-                h, _ = self._ask(again, {"op": "time", "seed": secrets.randbits(62),
-                                         "sample_seed": secrets.randbits(62),
-                                         "scales": [random.uniform(0.8, 1.25)
-                                                    for _ in range(self.config.calls_per_round)],
-                                         "warmup": self.config.warmup, "flush": self.config.flush_l2},
-                                 left(), "re-measurement")
-                samples += h["times_us"]
+                op = self._time_op(seed)
+                cand_s += self._ask(again, op, left(), "re-measurement")[0]["times_us"]
+                ref_s += ref.request(op, left())[0]["times_us"]
         finally:
             again.close()
-        second = Timing.from_samples(samples, self._method())
-        if second.median_us > 1.5 * cand_t.median_us:
+        ref2, cand2 = Timing.from_samples(ref_s, self._method()), Timing.from_samples(cand_s, self._method())
+        speedup2 = ref2.median_us / cand2.median_us if cand2.median_us > 0 else float("inf")
+        if speedup2 < speedup / 1.5:
+            # CPU timings on a shared machine wander too much to reject on; a GPU's do not.
             flags.append(Flag("recheck", f"speedup {speedup:.2f}× did not hold in a fresh worker "
-                                         f"({cand_t.median_us:.1f} µs then {second.median_us:.1f} µs)",
-                              hack="impossible_speed"))
-        worse = cand_t if cand_t.median_us >= second.median_us else second
+                                         f"({speedup2:.2f}× there)", hack="impossible_speed",
+                              severity="reject" if self.device.type == "cuda" else "warn"))
         flags.append(Flag("recheck", f"speedup above {self.config.recheck_speedup:g}× re-measured in a fresh "
-                                     f"worker: {cand_t.median_us:.1f} µs then {second.median_us:.1f} µs; the "
-                                     "slower is kept", severity="warn"))
-        return worse, ref_t.median_us / worse.median_us
-
+                                     f"worker: {speedup:.2f}× then {speedup2:.2f}×; the lower is kept",
+                          severity="warn"))
+        return (ref_t, cand_t, speedup) if speedup <= speedup2 else (ref2, cand2, speedup2)
 
 def _raise_reference(h: dict, task: Task):
     if h.get("type") == "error" or h.get("problem"):
@@ -493,14 +517,14 @@ def _stats(m, task, rt, trials) -> ErrorStats:
     return ErrorStats(m.max_abs, m.max_rel, m.rel_l2, atol, rtol, trials, m.mismatched)
 
 
-def _static_flags(source: str) -> list[Flag]:
+def _static_flags(source: str, task_source: str | None = None) -> list[Flag]:
     """Findings of the static audit (a first filter and evidence; runtime checks decide)."""
     try:
         from kernelrl.evaluate.audit import audit
     except ImportError:
         return []
     try:
-        findings = audit(source)
+        findings = audit(source, task_source)
     except Exception:
         return []
     out = []

@@ -15,7 +15,6 @@ import random
 import sys
 import time
 import traceback
-import types
 
 from kernelrl.evaluate import buildlog, tamper
 
@@ -37,6 +36,8 @@ class Harness:
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.backends.cudnn.allow_tf32 = False
         torch.set_float32_matmul_precision("highest")
+        if not self.cuda and init.get("cpu_threads"):
+            torch.set_num_threads(int(init["cpu_threads"]))
         self.fixed_inputs = set(init.get("fixed_inputs", ()))
         self.task = self._import("kernelrl_task", os.path.join(scratch, "task_reference.py"), init["task_source"])
         self.model = None
@@ -108,6 +109,22 @@ class Harness:
             out.append(x)
         return out
 
+    def fresh(self, base: list, seed: int) -> list:
+        """Inputs for one timed call: every float input's elements in a new random order drawn from `seed`.
+
+        The values keep the task's distribution but are new to the program, so no cache keyed on pointers,
+        shapes or values can answer, and no algebra (scaling, linearity) relates one call to another.
+        """
+        torch = self.torch
+        gen = torch.Generator(device=self.device).manual_seed(seed)
+        out = []
+        for j, x in enumerate(base):
+            if isinstance(x, torch.Tensor) and x.is_floating_point() and j not in self.fixed_inputs and x.numel() > 1:
+                perm = torch.randperm(x.numel(), generator=gen, device=self.device)
+                x = x.reshape(-1)[perm].reshape(x.shape)
+            out.append(x)
+        return out
+
     def base_inputs(self, seed: int) -> list:
         """The task's inputs for `seed`, generated once and kept: timed calls rescale them afresh."""
         if getattr(self, "_base", (None,))[0] != seed:
@@ -121,6 +138,10 @@ class Harness:
         torch = self.torch
         ref_state = {k: v.detach().clone() for k, v in self._build(self.task.Model).state_dict().items()} \
             if isinstance(self.task.Model, type) and issubclass(self.task.Model, torch.nn.Module) else {}
+        if "compile" in op["source"] or "dynamo" in op["source"]:
+            # torch.compile rebinds a few torch attributes on first use; let it do so before the snapshot.
+            import torch._dynamo
+            torch._dynamo.mutation_guard.install_generation_tagging_init()
         path = os.path.join(self.scratch, "candidate.py")
         writable = [self.scratch] + list(self.init.get("writable", ()))
         self.snap = tamper.snapshot(torch)
@@ -173,10 +194,42 @@ class Harness:
             return {"type": "trial", "problem": problem}, None
         after = [self._digest(x) for x in xs]
         tensors = {f"out{i}": o.detach().to("cpu", copy=True) for i, o in enumerate(outs)}
+        if self.role == "candidate":
+            self._poison_outputs(outs, xs)
+        elif op.get("count_work"):
+            work = self._count_work(xs)
         in_bytes = sum(x.numel() * x.element_size() for x in xs if isinstance(x, torch.Tensor))
         out_bytes = sum(o.numel() * o.element_size() for o in outs)
-        return {"type": "trial", "outputs": len(outs), "inputs_before": before, "inputs_after": after,
-                "in_bytes": in_bytes, "out_bytes": out_bytes}, tensors
+        header = {"type": "trial", "outputs": len(outs), "inputs_before": before, "inputs_after": after,
+                  "in_bytes": in_bytes, "out_bytes": out_bytes}
+        if self.role == "reference" and op.get("count_work"):
+            header["work"] = work
+        return header, tensors
+
+    def _count_work(self, xs) -> dict | None:
+        """Flops and bytes of one reference call (for the roofline floor); None when they cannot be counted."""
+        try:
+            from kernelrl.evaluate.guards.roofline import count_work
+            return count_work(self.model, xs).to_dict()
+        except Exception:
+            return None
+
+    def _poison_outputs(self, outs, xs):
+        """NaN-fill returned outputs once read: a program that hands the same tensor back again returns poison."""
+        from kernelrl.evaluate.guards.outputs import poison_, storage_ptrs
+
+        inputs = storage_ptrs([x for x in xs if isinstance(x, self.torch.Tensor)])
+        poison_([o for o in outs if o.numel() and o.untyped_storage().data_ptr() not in inputs])
+
+    def op_profile(self, op):
+        """Names of the operators one call runs (for task policies such as own_kernels)."""
+        xs = self.base_inputs(op["seed"])
+        from torch.profiler import ProfilerActivity, profile
+
+        with self._no_grad(), profile(activities=[ProfilerActivity.CPU]) as prof:
+            self.model(*xs)
+            self._sync()
+        return {"type": "profile", "ops": sorted({e.key for e in prof.key_averages()})}, None
 
     def op_compile(self, op):
         """Reference role: wrap the reference in torch.compile (timed later with `compiled=True`)."""
@@ -199,9 +252,8 @@ class Harness:
             times, walls, quiet, samples = [], [], [], {}
             gen = torch.Generator().manual_seed(op["sample_seed"])
             threads_before = tamper.python_threads()
-            for i, c in enumerate(op["scales"]):
-                xs = [x * c if isinstance(x, torch.Tensor) and x.is_floating_point() and j not in self.fixed_inputs
-                      else x for j, x in enumerate(base)]
+            for i in range(op["calls"]):
+                xs = self.fresh(base, op["perm_seed"] + i)
                 if self.cuda:
                     if op.get("flush", True):
                         self._flush_buf.zero_()
@@ -234,6 +286,7 @@ class Harness:
                         continue
                     idx = torch.randint(0, flat.numel(), (SAMPLES_PER_OUTPUT,), generator=gen)
                     samples[f"c{i}o{k}"] = flat[idx.to(flat.device)].to("cpu", torch.float64)
+                self._poison_outputs(outs, xs)
                 del out, outs, xs
         return {"type": "timed", "times_us": times, "wall_us": walls, "quiesce_us": quiet,
                 "threads_grew": tamper.python_threads() - threads_before}, samples
@@ -265,10 +318,10 @@ class Harness:
             return {"type": "graph", "unavailable": problem}, None
         gen = torch.Generator().manual_seed(op["sample_seed"])
         times, samples = [], {}
-        for i, c in enumerate(op["scales"]):
-            for j, x in enumerate(base):
+        for i in range(op["calls"]):
+            for j, x in enumerate(self.fresh(base, op["perm_seed"] + i)):
                 if isinstance(x, torch.Tensor):
-                    static[j].copy_(x * c if x.is_floating_point() and j not in self.fixed_inputs else x)
+                    static[j].copy_(x)
             if op.get("flush", True):
                 self._flush_buf.zero_()
             start, end = self._Event(enable_timing=True), self._Event(enable_timing=True)
@@ -298,7 +351,7 @@ class Harness:
         found += [list(x) for x in self.audit.events]
         if tamper.python_threads() > self.threads0:
             found.append(["background_thread", f"{tamper.python_threads() - self.threads0} Python thread(s) "
-                                               "started by the candidate are still running"])
+                                               "started since the candidate loaded are still running", "warn"])
         if tamper.child_processes() > self.children0:
             found.append(["background_thread", "the candidate left child processes running"])
         now = tamper.precision_flags(torch)

@@ -27,7 +27,9 @@ _AUDIT_CLASSES = {
     "subprocess.Popen": "background_thread", "os.fork": "background_thread", "os.forkpty": "background_thread",
     "os.posix_spawn": "background_thread", "os.exec": "background_thread", "os.kill": "environment_tampering",
     "_thread.start_new_thread": "background_thread", "sys.addaudithook": "timer_tampering",
+    "sys._getframe": "harness_introspection", "ctypes.dlsym": "timer_tampering",
 }
+_WARN_EVENTS = {"ctypes.dlsym"}
 _SECRET_WORDS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "CREDENTIAL")
 
 
@@ -91,9 +93,20 @@ class AuditLog:
         self.armed = False
         events, getframe = self.events, sys._getframe
 
-        def hook(event, args, _classes=_AUDIT_CLASSES, _append=events.append, _len=len):
-            if not self.armed or _len(events) > 200:
+        busy: set[int] = set()  # threads inside the hook: its own sys._getframe call raises an event too
+        ident = threading.get_ident
+
+        def hook(event, args, _len=len):
+            me = ident()
+            if not self.armed or me in busy or _len(events) > 200:
                 return
+            busy.add(me)
+            try:
+                _record(event, args)
+            finally:
+                busy.discard(me)
+
+        def _record(event, args, _classes=_AUDIT_CLASSES, _append=events.append):
             if event == "open":
                 path, mode = args[0], args[1]
                 if not isinstance(path, (str, bytes)):
@@ -109,8 +122,10 @@ class AuditLog:
                 cls = _classes[event]
             else:
                 return
-            if self._from_candidate(getframe(1)):
-                _append((cls, f"{event} {str(args)[:160]}"))
+            # sys._getframe is also called by stdlib helpers a module may use (namedtuple): only direct calls count.
+            # Frame 0 is _record, 1 the hook, 2 the code that raised the event.
+            if self._from_candidate(getframe(2), 1 if event == "sys._getframe" else 3):
+                _append((cls, f"{event} {str(args)[:160]}", "warn" if event in _WARN_EVENTS else "reject"))
 
         sys.addaudithook(hook)
 
@@ -118,10 +133,10 @@ class AuditLog:
         real = os.path.realpath(path)
         return real.startswith("/dev/") or any(real.startswith(d) for d in self.allowed)
 
-    def _from_candidate(self, frame) -> bool:
+    def _from_candidate(self, frame, max_depth: int) -> bool:
         # Only the innermost frames count: an event deep inside torch (a compiler it spawns) is torch's own.
         depth = 0
-        while frame is not None and depth < 6:
+        while frame is not None and depth < max_depth:
             if frame.f_code.co_filename == self.candidate_file:
                 return True
             frame = frame.f_back
