@@ -1,21 +1,35 @@
 #!/usr/bin/env bash
-# One call on the GPU machine: install kernelrl there, run the GPU tests and the benchmarks a session asks for.
-# Usage (on the device): bash benchmarks/device.sh STEP [STEP ...]   steps: sanity gputests eval suite optimize train
+# One device call: install the carried wheels, then run the named steps; everything lands in $OUT/results.tgz.
+# Usage on the GPU machine:  STEP_S=150 bash benchmarks/device.sh STEP [STEP ...]
+#   steps: sanity confine gputests eval suite optimize train gemm
+#   SUITE_ONLY=level1/a,level2/b limits the suite step; STEP_S bounds each step (seconds).
+# Carry .whl (openai and its needs, trl, datasets, nvidia-cutlass) and, for gemm, .kernelrl-cache.
 set -uo pipefail
-OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}" KERNELRL_CACHE=/tmp/kernelrl-cache
-if [ -d .whl ]; then python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-  --target /tmp/site .whl/*.whl && export PYTHONPATH="$PYTHONPATH:/tmp/site"; fi
+OUT=${OUT:-/tmp/out}; RES="$OUT/res"; mkdir -p "$RES"
+STEP_S=${STEP_S:-240}
+if [ -d .whl ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+    >/dev/null 2>&1 || echo "wheel install failed"
+fi
+export PYTHONPATH="$PWD/src:/tmp/site" KERNELRL_CACHE=/tmp/kernelrl-cache PYTHONUNBUFFERED=1
+save() { tar czf "$OUT/results.tgz" -C "$RES" . 2>/dev/null; }
+trap save EXIT
 for step in "$@"; do
   echo "=== $step $(date +%T)"
   case $step in
     sanity) nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv
-            python3 -c "import torch, triton; print(torch.__version__, triton.__version__, torch.cuda.get_device_name())";;
-    gputests) python3 -m pytest -q -m gpu -p no:cacheprovider tests 2>&1 | tee "$OUT/gpu_tests.log" | tail -40;;
-    eval) python3 benchmarks/eval_overhead.py "$OUT/eval" --device cuda 2>&1 | tail -30;;
-    suite) python3 benchmarks/suite_device.py "$OUT/suite" 2>&1 | tail -40;;
-    optimize) python3 benchmarks/optimize_device.py "$OUT/optimize" 2>&1 | tail -30;;
-    train) python3 benchmarks/train_device.py "$OUT/train" 2>&1 | tail -30;;
+            python3 -c "import torch, triton, openai, trl; print(torch.__version__, triton.__version__, torch.cuda.get_device_name())";;
+    confine) timeout "$STEP_S" python3 benchmarks/confine_probe.py | tee "$RES/confine_probe.txt";;
+    gputests) timeout "$STEP_S" python3 -m pytest -q -m gpu -p no:cacheprovider tests 2>&1 | tee "$RES/gpu_tests.log" | tail -25;;
+    eval) timeout "$STEP_S" python3 benchmarks/eval_overhead.py "$RES/eval" --repeats 5 2>&1 | tail -20;;
+    suite) timeout "$STEP_S" python3 benchmarks/suite_device.py "$RES/suite" --time-budget-s $((STEP_S - 60)) \
+             ${SUITE_ONLY:+--only "$SUITE_ONLY"} 2>&1 | tail -25;;
+    optimize) timeout "$STEP_S" python3 benchmarks/optimize_device.py "$RES/optimize" --time-budget-s $((STEP_S - 60)) \
+                2>&1 | tail -20;;
+    train) timeout "$STEP_S" python3 benchmarks/train_device.py "$RES/train" 2>&1 | tail -20;;
+    gemm) timeout "$STEP_S" python3 benchmarks/gemm_device.py --deadline $((STEP_S - 30)) --skip-smoke 2>&1 | tail -20
+          cp "$OUT"/gemm_* "$RES"/ 2>/dev/null;;
     *) echo "unknown step $step";;
   esac
+  save
 done

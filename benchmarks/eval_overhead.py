@@ -45,15 +45,22 @@ def main():
                 v = ev.evaluate(task, cand)
                 runs.append({"seconds": time.monotonic() - t0, "status": v.status, "speedup": v.speedup,
                              "ref_us": v.reference.median_us if v.reference else None,
-                             "cand_us": v.candidate_timing.median_us if v.candidate_timing else None})
+                             "cand_us": v.candidate_timing.median_us if v.candidate_timing else None,
+                             "phases": v.phases})
         sp = [r["speedup"] for r in runs if r["speedup"]]
         med = statistics.median(sp) if sp else float("nan")
         rows.append({"task": task.name, "candidate": Path(cand_path).stem, "cold_status": cold.status,
+                     "cold_phases": cold.phases,
                      "cold_seconds": cold_s, "warm_seconds_median": statistics.median(r["seconds"] for r in runs),
                      "warm_seconds_max": max(r["seconds"] for r in runs), "speedups": sp,
                      "speedup_median": med, "speedup_spread": (max(sp) - min(sp)) / med if sp else None,
                      "runs": runs})
-        print(json.dumps(rows[-1], indent=1))
+        print(json.dumps({k: v for k, v in rows[-1].items() if k != "runs"}, indent=1))
+        print("warm phases:", [r["phases"] for r in runs])
+        write(args, rows)
+
+
+def write(args, rows):
     env = {"device": torch.cuda.get_device_name() if args.device.startswith("cuda") else platform.processor(),
            "torch": torch.__version__, "date": time.strftime("%Y-%m-%d")}
     (args.out / "eval_overhead.json").write_text(json.dumps({"env": env, "rows": rows}, indent=1))
@@ -68,7 +75,6 @@ def main():
                      f"{r['warm_seconds_median']:.1f} / {r['warm_seconds_max']:.1f} | {r['speedup_median']:.3f} | "
                      f"{spread} |")
     (args.out / "eval_overhead.md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
 
 
 if __name__ == "__main__":

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Optional
 
 import typer
 from rich.console import Console
@@ -93,12 +92,20 @@ def print_verdict(v) -> None:
     out.print(t)
 
 
-def _mount(name: str, module: str, attr: str, help_text: str):
-    """Attach a package's typer callable or sub-app, imported lazily so `kernelrl eval` starts fast."""
+def _mount(name: str, module: str, attr: str, help_text: str, extra: str = ""):
+    """Attach a package's typer callable or sub-app; a missing optional dependency becomes a clear error."""
     try:
         mod = __import__(module, fromlist=[attr])
         obj = getattr(mod, attr)
-    except (ImportError, AttributeError):
+    except ImportError as e:
+        missing = e.name or str(e)
+
+        def unavailable(args: list[str] = typer.Argument(None, hidden=True)):
+            hint = f"pip install 'kernelrl[{extra}]'" if extra else "reinstall kernelrl"
+            fail(f"`kernelrl {name}` needs the Python module {missing!r}, which is not installed: {hint}")
+
+        app.command(name, help=f"{help_text} (unavailable here: needs {missing})",
+                    context_settings={"allow_extra_args": True, "ignore_unknown_options": True})(unavailable)
         return
     if isinstance(obj, typer.Typer):
         app.add_typer(obj, name=name, help=help_text)
@@ -109,7 +116,7 @@ def _mount(name: str, module: str, attr: str, help_text: str):
 _mount("bench", "kernelrl.bench.cli", "bench_command", "Run a KernelBench-format suite and print fast_p tables.")
 _mount("optimize", "kernelrl.search.cli", "optimize_command",
        "Contrastive optimisation loop: LLM and non-LLM proposers, the evaluator as judge.")
-_mount("train", "kernelrl.train.cli", "train_command", "CUDA-L1's three training stages on TRL.")
+_mount("train", "kernelrl.train.cli", "train_command", "CUDA-L1's three training stages on TRL.", extra="train")
 _mount("gemm", "kernelrl.gemm.cli", "app", "Per-shape HGEMM search on Hopper, and the tuned matmul.")
 _mount("audit", "kernelrl.evaluate.audit_cli", "audit_command", "Static findings for a candidate and what each means.")
 

@@ -96,6 +96,7 @@ class Verdict:
     flags: tuple[Flag, ...] = ()
     confinement: dict = field(default_factory=dict)
     seconds: float = 0.0  # wall time of the whole evaluation
+    phases: dict = field(default_factory=dict)  # seconds spent per phase (start, build, check, time, ...)
 
     def __post_init__(self):
         if self.status not in STATUSES:

@@ -8,8 +8,8 @@ candidate code loads; the parent compares outputs, so expected outputs never exi
 from __future__ import annotations
 
 import gc
-import hashlib
 import importlib.util
+import math
 import os
 import random
 import sys
@@ -44,7 +44,6 @@ class Harness:
         self.compiled = None
         # Captured before any candidate code exists in this process.
         self._perf = time.perf_counter
-        self._sha = hashlib.sha256
         self._Tensor = torch.Tensor
         self._type = type
         self._no_grad = torch.no_grad
@@ -110,18 +109,24 @@ class Harness:
         return out
 
     def fresh(self, base: list, seed: int) -> list:
-        """Inputs for one timed call: every float input's elements in a new random order drawn from `seed`.
+        """Inputs for one timed call: every float input's elements reordered by a random affine permutation.
 
         The values keep the task's distribution but are new to the program, so no cache keyed on pointers,
-        shapes or values can answer, and no algebra (scaling, linearity) relates one call to another.
+        shapes or values can answer, and no algebra (scaling, linearity) relates one call to another. An affine
+        map i -> (a*i + b) mod n with gcd(a, n) = 1 is a permutation that costs a few passes, even at 1e9 elements.
         """
         torch = self.torch
-        gen = torch.Generator(device=self.device).manual_seed(seed)
+        rng = random.Random(seed)
         out = []
         for j, x in enumerate(base):
             if isinstance(x, torch.Tensor) and x.is_floating_point() and j not in self.fixed_inputs and x.numel() > 1:
-                perm = torch.randperm(x.numel(), generator=gen, device=self.device)
-                x = x.reshape(-1)[perm].reshape(x.shape)
+                n = x.numel()
+                a = rng.randrange(1, n)
+                while math.gcd(a, n) != 1:
+                    a = rng.randrange(1, n)
+                idx = torch.arange(n, device=x.device, dtype=torch.int64).mul_(a).add_(rng.randrange(n)).remainder_(n)
+                x = x.reshape(-1)[idx].reshape(x.shape)
+                del idx
             out.append(x)
         return out
 
@@ -178,33 +183,54 @@ class Harness:
         return {"type": "loaded", "build_s": self._perf() - t0, "params_copied": copied}, None
 
     def op_trial(self, op):
-        """Run once on the inputs for `seed`; return outputs and hashes of the inputs after the call."""
+        """Run once on the inputs for `seed`; return the outputs (or hold them for `op_sample`)."""
         torch = self.torch
         xs = self.inputs(op["seed"], op.get("dist", "task"))
-        before = [self._digest(x) for x in xs]
+        kept = [x.clone() if isinstance(x, torch.Tensor) else x for x in xs] if self.role == "candidate" else None
         self._poison(op.get("poison_bytes", 0))
+        self._perturb(True)
         try:
             with self._no_grad():
                 out = self.model(*xs)
             self._sync()
         except BaseException as e:
             return _error("runtime_error", _short_tb(e))
+        finally:
+            self._perturb(False)
         outs, problem = self._outputs(out)
         if problem:
             return {"type": "trial", "problem": problem}, None
-        after = [self._digest(x) for x in xs]
-        tensors = {f"out{i}": o.detach().to("cpu", copy=True) for i, o in enumerate(outs)}
+        changed = [j for j, (x, k) in enumerate(zip(xs, kept or ())) if isinstance(x, torch.Tensor)
+                   and not (x.shape == k.shape and torch.equal(x, k))]
+        header = {"type": "trial", "outputs": len(outs), "inputs_changed": changed,
+                  "dtypes": [str(o.dtype).replace("torch.", "") for o in outs],
+                  "in_bytes": sum(x.numel() * x.element_size() for x in xs if isinstance(x, torch.Tensor)),
+                  "out_bytes": sum(o.numel() * o.element_size() for o in outs)}
+        if self.role == "reference" and op.get("count_work"):
+            header["work"] = self._count_work(xs)
+        if op.get("full", True):
+            tensors = {f"out{i}": o.detach().to("cpu", copy=True) for i, o in enumerate(outs)}
+            if self.role == "candidate":
+                self._poison_outputs(outs, xs)
+            return header, tensors
+        self._held = (outs, xs)  # sampled by the next op, whose positions this program cannot know yet
+        return header, None
+
+    def op_sample(self, op):
+        """Elements of the held outputs at positions drawn from `seed` (sent only after the call returned)."""
+        torch = self.torch
+        outs, xs = self._held
+        self._held = None
+        gen = torch.Generator().manual_seed(op["seed"])
+        samples = {}
+        for k, o in enumerate(outs):
+            flat = o.detach().reshape(-1)
+            if flat.numel():
+                idx = torch.randint(0, flat.numel(), (op.get("n", 1 << 16),), generator=gen)
+                samples[f"c0o{k}"] = flat[idx.to(flat.device)].to("cpu", torch.float64)
         if self.role == "candidate":
             self._poison_outputs(outs, xs)
-        elif op.get("count_work"):
-            work = self._count_work(xs)
-        in_bytes = sum(x.numel() * x.element_size() for x in xs if isinstance(x, torch.Tensor))
-        out_bytes = sum(o.numel() * o.element_size() for o in outs)
-        header = {"type": "trial", "outputs": len(outs), "inputs_before": before, "inputs_after": after,
-                  "in_bytes": in_bytes, "out_bytes": out_bytes}
-        if self.role == "reference" and op.get("count_work"):
-            header["work"] = work
-        return header, tensors
+        return {"type": "samples"}, samples
 
     def _count_work(self, xs) -> dict | None:
         """Flops and bytes of one reference call (for the roofline floor); None when they cannot be counted."""
@@ -252,6 +278,7 @@ class Harness:
             times, walls, quiet, samples = [], [], [], {}
             gen = torch.Generator().manual_seed(op["sample_seed"])
             threads_before = tamper.python_threads()
+            state, changed = self._state(), set()
             for i in range(op["calls"]):
                 xs = self.fresh(base, op["perm_seed"] + i)
                 if self.cuda:
@@ -288,8 +315,42 @@ class Harness:
                     samples[f"c{i}o{k}"] = flat[idx.to(flat.device)].to("cpu", torch.float64)
                 self._poison_outputs(outs, xs)
                 del out, outs, xs
+                now = self._state()
+                changed |= _state_changes(state, now)
+                state = now
         return {"type": "timed", "times_us": times, "wall_us": walls, "quiesce_us": quiet,
-                "threads_grew": tamper.python_threads() - threads_before}, samples
+                "threads_grew": tamper.python_threads() - threads_before,
+                "state_changed": sorted(changed)[:20]}, samples
+
+    def _state(self) -> dict:
+        """What a program could carry from one call to the next: its attributes and its module's globals.
+
+        Only the candidate's own objects count; honest programs precompute in __init__ or on the first
+        (warm-up) call and keep the same objects afterwards, so nothing here changes during timed calls.
+        The objects themselves are held (not their ids), so a freed object's address cannot be reused to
+        look unchanged.
+        """
+        if self.role != "candidate":
+            return {}
+        nn = self.torch.nn
+
+        def mark(v):
+            return (v, len(v)) if isinstance(v, (dict, list, set, bytearray)) else (v, None)
+
+        state = {}
+        modules = self.model.named_modules() if isinstance(self.model, nn.Module) else [("", self.model)]
+        for name, m in modules:
+            for k, v in vars(m).items():
+                if k in ("_parameters", "_buffers", "_modules"):
+                    state.update({f"{name}.{kk}": (vv, None) for kk, vv in v.items()})
+                elif not k.startswith(("__", "_forward", "_backward", "_state_dict", "_load_state",
+                                       "_non_persistent")):  # nn.Module's hook tables
+                    state[f"{name}.{k}"] = mark(v)
+        module = sys.modules.get("candidate")
+        for k, v in (vars(module).items() if module else ()):
+            if not k.startswith("__") and not isinstance(v, type(sys)):
+                state[f"module.{k}"] = mark(v)
+        return state
 
     def op_graph(self, op):
         """Capture one call in a CUDA graph, then time replays on fresh inputs copied into its buffers."""
@@ -382,13 +443,11 @@ class Harness:
             outs.append(o)
         return outs, None
 
-    def _digest(self, x) -> str:
-        if not isinstance(x, self.torch.Tensor):
-            return repr(x)[:200]
-        t = x.detach().to("cpu").contiguous()
-        if t.dtype == self.torch.bfloat16:
-            t = t.view(self.torch.int16)
-        return self._sha(t.numpy().tobytes()).hexdigest() + str(tuple(t.shape))
+    def _perturb(self, on: bool):
+        """CPU: glibc fills fresh allocations with garbage during correctness trials (never while timed)."""
+        if not self.cuda and self.role == "candidate":
+            from kernelrl.evaluate.guards.poison import malloc_perturb
+            malloc_perturb(0x7F if on else 0)
 
     def _poison(self, nbytes: int):
         """Leave NaN-filled blocks in the allocator's free lists so unwritten outputs show up."""
@@ -401,41 +460,25 @@ class Harness:
 
 
 class _L2Control:
-    """Reset and read the persisting-L2 reservation through the CUDA runtime torch uses."""
+    """Reset and read the persisting-L2 set-aside through the driver API (guards.l2)."""
 
     def __init__(self, torch):
-        self.lib = None
-        try:
-            import ctypes
-            import glob
-            names = glob.glob(os.path.join(os.path.dirname(torch.__file__), "lib", "libcudart*.so*"))
-            try:
-                import nvidia.cuda_runtime as ncr
-                names += glob.glob(os.path.join(list(ncr.__path__)[0], "lib", "libcudart.so*"))
-            except ImportError:
-                pass
-            for name in names + ["libcudart.so"]:
-                try:
-                    self.lib = ctypes.CDLL(name)
-                    break
-                except OSError:
-                    continue
-        except Exception:
-            self.lib = None
+        from kernelrl.evaluate.guards import l2
+        self._l2 = l2
 
     def reset(self):
-        if self.lib is not None:
-            self.lib.cudaDeviceSetLimit(0x06, 0)  # cudaLimitPersistingL2CacheSize
-            self.lib.cudaCtxResetPersistingL2Cache()
+        self._l2.reset_persisting_l2()
 
     def persisting_limit(self):
-        if self.lib is None:
-            return None
-        import ctypes
-        value = ctypes.c_size_t(0)
-        if self.lib.cudaDeviceGetLimit(ctypes.byref(value), 0x06) != 0:
-            return None
-        return value.value
+        return self._l2.persisting_l2_bytes()
+
+
+def _state_changes(before: dict, after: dict) -> set[str]:
+    """Names whose object was replaced, or whose container changed size, between two `_state` snapshots."""
+    missing = (None, None)
+    return {k for k in before.keys() | after.keys()
+            if before.get(k, missing)[0] is not after.get(k, missing)[0]
+            or before.get(k, missing)[1] != after.get(k, missing)[1]}
 
 
 def _error(kind: str, message: str):

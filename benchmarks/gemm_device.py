@@ -1,0 +1,181 @@
+"""One device call for the GEMM work: build, check, tune (resuming), benchmark, test; results under $OUT.
+
+Run on the GPU machine from the repository root:
+    python3 benchmarks/gemm_device.py --deadline 500 [--shapes grid] [--skip-tests]
+Every phase resumes from the committed results, so successive calls continue where the last one stopped.
+"""
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+RESULTS = ROOT / "benchmarks" / "results"
+BUILD = ROOT / ".kernelrl-cache" / "gemm"
+OUT = Path(os.environ.get("OUT", "/tmp/gemm_out"))
+T0 = time.perf_counter()
+
+
+def log(msg: str) -> None:
+    line = f"[{time.perf_counter() - T0:7.1f}s] {msg}"
+    print(line, flush=True)
+    with (OUT / "gemm_device.log").open("a") as f:
+        f.write(line + "\n")
+
+
+def left(deadline: float) -> float:
+    return deadline - (time.perf_counter() - T0)
+
+
+def build() -> None:
+    os.environ["KERNELRL_GEMM_BUILD"] = str(BUILD)
+    from kernelrl.gemm import build as b
+
+    if not (BUILD / b.LT_LIB_NAME).is_file():
+        b.build_cublaslt(BUILD, log=log)
+    if not (BUILD / b.LIB_NAME).is_file():
+        b.build(BUILD, jobs=16, log=log)
+        with tarfile.open(OUT / "gemm_build.tar.gz", "w:gz") as t:  # carried back so later calls skip the build
+            t.add(BUILD / b.LIB_NAME, arcname=b.LIB_NAME)
+
+
+def environment() -> dict:
+    import torch
+    import triton
+
+    from kernelrl.gemm import cublaslt
+
+    env = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
+           "cuda": torch.version.cuda, "cublaslt_version": cublaslt.version(),
+           "sm_count": torch.cuda.get_device_properties(0).multi_processor_count,
+           "l2_bytes": torch.cuda.get_device_properties(0).L2_cache_size}
+    log(f"environment: {json.dumps(env)}")
+    return env
+
+
+def smoke() -> None:
+    """Each family on a few shapes: correctness only, printed."""
+    import torch
+
+    from kernelrl.gemm import check as chk
+    from kernelrl.gemm.registry import make_launcher
+    from kernelrl.gemm.space import CUTLASS_CONFIGS, TRITON_CONFIGS, CutlassVariant
+
+    for m, n, k in [(128, 256, 512), (64, 64, 16384)]:
+        a, b = chk.random_inputs(m, n, k)
+        ref = chk.reference(a, b)
+        names = ["torch", "cublaslt"] + [c.name for c in TRITON_CONFIGS[::3]]
+        names += [CutlassVariant(c, decomposition=1 if c.streamk else 0).name for c in CUTLASS_CONFIGS]
+        names += [CutlassVariant(CUTLASS_CONFIGS[0], decomposition=3).name,
+                  CutlassVariant(CUTLASS_CONFIGS[0], decomposition=2, splits=4).name]
+        for name in names:
+            try:
+                r = chk.check(make_launcher(name, m, n, k), a, b, ref)
+                log(f"smoke {m}x{n}x{k} {name}: ok={r.ok} rel_err={r.rel_err:.2e} {r.reason}")
+            except Exception as e:
+                log(f"smoke {m}x{n}x{k} {name}: FAILED {type(e).__name__}: {str(e)[:400]}")
+                torch.cuda.synchronize()
+        # the gate must reject fp16 accumulation
+        from kernelrl.gemm import triton_family
+
+        r = chk.check(triton_family.make_launcher(TRITON_CONFIGS[2], m, n, k, acc_fp16=True), a, b, ref)
+        log(f"smoke {m}x{n}x{k} fp16-accumulate triton: ok={r.ok} rel_err={r.rel_err:.2e} (must be False)")
+
+
+def host_overhead() -> None:
+    """Host time per call of torch.matmul and of each family's launcher on a small shape, microseconds."""
+    import torch
+
+    from kernelrl.gemm import timing as tm
+    from kernelrl.gemm.registry import make_launcher
+    from kernelrl.gemm.space import TRITON_CONFIGS, CutlassVariant, CUTLASS_CONFIGS
+
+    inp = tm.Inputs(256, 256, 256, sets=4)
+    names = ["torch", "cublaslt", TRITON_CONFIGS[8].name, CutlassVariant(CUTLASS_CONFIGS[5]).name]
+    res = {"torch.matmul(a, b)": tm.time_host(torch.matmul, inp, 200, out=False)}
+    for name in names:
+        res[name] = tm.time_host(make_launcher(name, 256, 256, 256), inp, 200)
+    log("host us per call: " + ", ".join(f"{k} {v:.1f}" for k, v in res.items()))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--deadline", type=float, default=500.0, help="seconds for the whole call")
+    ap.add_argument("--shapes", default="grid")
+    ap.add_argument("--skip-tests", action="store_true")
+    ap.add_argument("--bf16-shapes", default="", help="shapes also tuned in bf16 (MxNxK list)")
+    ap.add_argument("--skip-smoke", action="store_true")
+    ap.add_argument("--bench-reserve", type=float, default=0.0, help="seconds kept for benchmarking")
+    args = ap.parse_args()
+    OUT.mkdir(parents=True, exist_ok=True)
+    os.environ.setdefault("TRITON_CACHE_DIR", str(ROOT / ".kernelrl-cache" / "triton"))
+    build()
+    env = environment()
+    if not args.skip_smoke:
+        smoke()
+        host_overhead()
+    from kernelrl.gemm.shapes import read_shapes
+    from kernelrl.gemm.table import from_records, read_records
+    from kernelrl.gemm.tune import tune
+
+    shapes = read_shapes(args.shapes)
+    tune_gz = RESULTS / "gemm_tune_h200.jsonl.gz"
+    work = Path("/tmp/gemm_tune_h200.jsonl")
+    work.unlink(missing_ok=True)  # a warm machine keeps /tmp: start from the committed records only
+    if tune_gz.is_file():
+        with gzip.open(tune_gz, "rb") as src, work.open("wb") as dst:
+            shutil.copyfileobj(src, dst)
+    try:
+        tune(shapes, work, "fp16", deadline_s=left(args.deadline) - args.bench_reserve - 30, log=log)
+        if args.bf16_shapes:
+            tune(read_shapes(args.bf16_shapes), work, "bf16",
+                 deadline_s=left(args.deadline) - args.bench_reserve - 30, log=log)
+    finally:
+        with work.open("rb") as src, gzip.open(OUT / "gemm_tune_h200.jsonl.gz", "wb") as dst:
+            shutil.copyfileobj(src, dst)
+        tar = OUT / "gemm_triton_cache.tar.gz"
+        with tarfile.open(tar, "w:gz") as t:
+            t.add(os.environ["TRITON_CACHE_DIR"], arcname="triton")
+    records = read_records(work)
+    meta = {**env, "source": "benchmarks/results/gemm_tune_h200.jsonl.gz", "shapes": len(records)}
+    table = from_records(records, meta)
+    table.save(OUT / "tuned_h200.json")
+    log(f"table: {len(table.entries)} shapes, {len(table.lookup())} not torch")
+    tuned = {(r["m"], r["n"], r["k"], r["dtype"]): r for r in records}
+    complete = all((s.m, s.n, s.k, "fp16") in tuned for s in shapes)
+    shutil.copy(OUT / "tuned_h200.json", ROOT / "src" / "kernelrl" / "gemm" / "data" / "tuned_h200.json")
+    if complete and not args.skip_tests and left(args.deadline) > 150:
+        proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-m", "gpu", "-p", "no:cacheprovider",
+                               *map(str, sorted((ROOT / "tests").glob("test_gemm*.py")))],
+                              capture_output=True, text=True, cwd=ROOT, timeout=max(60, left(args.deadline) - 60))
+        (OUT / "gemm_gpu_tests.log").write_text(proc.stdout + proc.stderr)
+        log(f"gpu tests: rc={proc.returncode} {proc.stdout.strip().splitlines()[-1] if proc.stdout else ''}")
+        log(proc.stdout[-3000:])
+    if complete and left(args.deadline) > 60:
+        from kernelrl.gemm.bench import bench
+        from kernelrl.gemm.dispatch import Dispatcher
+
+        csv_path = RESULTS / "gemm_h200.csv"
+        work_csv = Path("/tmp/gemm_h200.csv")
+        work_csv.unlink(missing_ok=True)
+        if csv_path.is_file():
+            shutil.copy(csv_path, work_csv)
+        try:
+            bench(shapes, tuned, Dispatcher(table), work_csv, deadline_s=left(args.deadline) - 20, log=log)
+        finally:
+            if work_csv.is_file():
+                shutil.copy(work_csv, OUT / "gemm_h200.csv")
+    log("done")
+
+
+if __name__ == "__main__":
+    main()

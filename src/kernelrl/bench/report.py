@@ -1,0 +1,142 @@
+"""Bench outputs: the JSON summary, a CSV of task results, a markdown report and a speedup plot."""
+from __future__ import annotations
+
+import csv
+import json
+import math
+import platform
+import random
+from pathlib import Path
+
+import torch
+
+import kernelrl
+from kernelrl.bench.metrics import FAST_P, Summary, by_level, summarize
+from kernelrl.bench.result import TaskResult
+
+CSV_FIELDS = ("task", "level", "status", "speedup", "eager_speedup", "compile_speedup", "reference_us",
+              "reference_compiled_us", "candidate_us", "device", "candidate", "message")
+
+
+def summary_dict(results: list[TaskResult], baseline: str, devices: tuple[str, ...] = (),
+                 suite: str = "", device_names: tuple[str, ...] = ()) -> dict:
+    """The one JSON object a bench run reports: overall metrics, per-level metrics and per-task results."""
+    overall = summarize(results)
+    d = overall.to_dict()
+    d.update(
+        baseline=baseline, suite=suite, devices=list(devices), device_names=list(device_names),
+        software={"kernelrl": kernelrl.__version__, "torch": torch.__version__, "cuda": torch.version.cuda,
+                  "python": platform.python_version()},
+        levels={lvl: s.to_dict() for lvl, s in by_level(results).items()},
+        tasks=[r.to_dict() for r in results],
+    )
+    return d
+
+
+def write_json(summary: dict, path: Path) -> Path:
+    path.write_text(json.dumps(summary, indent=2) + "\n")
+    return path
+
+
+def write_csv(results: list[TaskResult], path: Path) -> Path:
+    """One row per task (speedups as plain numbers, times in µs)."""
+    with path.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=CSV_FIELDS)
+        w.writeheader()
+        for r in results:
+            row = r.to_dict()
+            w.writerow({k: "" if row.get(k) is None else row[k] for k in CSV_FIELDS})
+    return path
+
+
+def plot_speedups(results: list[TaskResult], path: Path, baseline: str) -> Path:
+    """Speedups of correct candidates per level (log scale, one dot per task, box per level) as a PNG."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+    from matplotlib.ticker import FuncFormatter
+
+    levels = list(by_level(results))
+    fig = Figure(figsize=(max(4.0, 1.6 * len(levels) + 2), 4.2))
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot(1, 1, 1)
+    jitter = random.Random(0)
+    data = []
+    for i, lvl in enumerate(levels):
+        ys = [r.speedup for r in results if r.level == lvl and r.correct and r.speedup]
+        data.append(ys)
+        if ys:
+            ax.scatter([i + jitter.uniform(-0.12, 0.12) for _ in ys], ys, s=18, alpha=0.8, zorder=3)
+    if any(data):
+        ax.boxplot([d if d else [math.nan] for d in data], positions=range(len(levels)), widths=0.5,
+                   showfliers=False)
+        ax.set_yscale("log")
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}×"))
+        ax.yaxis.set_minor_formatter(FuncFormatter(lambda v, _: ""))
+    ax.axhline(1.0, color="grey", linestyle="--", linewidth=1)
+    ax.set_xticks(range(len(levels)))
+    ax.set_xticklabels([_level_label(lvl) for lvl in levels])
+    ax.set_xlim(-0.6, len(levels) - 0.4)
+    ax.set_ylabel(f"speedup over {baseline} reference (×)")
+    counts = [f"{_level_label(lvl)}: {len(d)} correct" for lvl, d in zip(levels, data)]
+    ax.set_title("Speedup of correct candidates per level\n" + ", ".join(counts), fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    return path
+
+
+def markdown(summary: dict, results: list[TaskResult], plot_name: str | None = None) -> str:
+    """The bench report as markdown: metrics per level, status counts, per-task table."""
+    baseline = summary["baseline"]
+    lines = [f"# Bench report: {summary.get('suite') or 'suite'}", ""]
+    devs = ", ".join(summary.get("device_names") or summary.get("devices") or [])
+    sw = summary.get("software", {})
+    lines += [f"Devices: {devs or '?'} · torch {sw.get('torch')} (CUDA {sw.get('cuda')}) · kernelrl "
+              f"{sw.get('kernelrl')} · baseline: **{baseline}**", ""]
+    lines += ["fast_p = share of all tasks whose candidate is correct and more than p× faster than the "
+              "baseline; speedup statistics are over correct candidates.", ""]
+    head = ["level", "tasks", "correct"] + [f"fast_{p:g}" for p in FAST_P] + ["geomean", "mean", "median"]
+    lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    rows = [(lvl, Summary.from_dict(s)) for lvl, s in summary["levels"].items()]
+    rows.append(("all", Summary.from_dict(summary)))
+    for lvl, s in rows:
+        cells = [_level_label(lvl), str(s.total), str(s.correct)]
+        cells += [f"{s.fast_p.get(p, 0.0):.2f}" for p in FAST_P]
+        cells += [_x(s.geomean_speedup), _x(s.mean_speedup), _x(s.median_speedup)]
+        lines.append("| " + " | ".join(cells) + " |")
+    lines += ["", "Status counts: " + ", ".join(f"{k} {v}" for k, v in summary["counts"].items()), ""]
+    if plot_name:
+        lines += [f"![speedup per level]({plot_name})", ""]
+    lines += ["## Tasks", "",
+              "| task | status | speedup | vs eager | vs compile | eager ref (µs) | compiled ref (µs) | "
+              "candidate (µs) | note |",
+              "|---|---|---|---|---|---|---|---|---|"]
+    for r in results:
+        note = (r.message or "").replace("|", "\\|").replace("\n", " ")[:120]
+        lines.append(f"| {r.task} | {r.status} | {_x(r.speedup)} | {_x(r.eager_speedup)} | "
+                     f"{_x(r.compile_speedup)} | {_us(r.reference_us)} | {_us(r.reference_compiled_us)} | "
+                     f"{_us(r.candidate_us)} | {note} |")
+    return "\n".join(lines) + "\n"
+
+
+def write_report(results: list[TaskResult], summary: dict, out_dir: Path) -> dict[str, Path]:
+    """summary.json, results.csv, speedups.png and report.md under `out_dir`; their paths by kind."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = {"json": write_json(summary, out_dir / "summary.json"),
+             "csv": write_csv(results, out_dir / "results.csv"),
+             "plot": plot_speedups(results, out_dir / "speedups.png", summary["baseline"])}
+    md = out_dir / "report.md"
+    md.write_text(markdown(summary, results, plot_name=paths["plot"].name))
+    paths["markdown"] = md
+    return paths
+
+
+def _level_label(level: str) -> str:
+    return level or "(top)"
+
+
+def _x(v: float | None) -> str:
+    return "" if v is None else f"{v:.2f}×"
+
+
+def _us(v: float | None) -> str:
+    return "" if v is None else f"{v:.1f}"

@@ -1,0 +1,84 @@
+"""TaskResult: what a bench run found for one task (its verdict, or why there is none), as plain data."""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+
+from kernelrl.verdict import STATUSES, Timing, Verdict
+
+# Statuses beyond the evaluator's: no candidate file, a candidate file that is not one, a reference that
+# does not run (the evaluation could not happen). None of them counts as solved.
+BENCH_STATUSES = STATUSES + ("missing", "invalid", "reference_error")
+BASELINES = ("eager", "compile")
+
+
+@dataclass(frozen=True)
+class TaskResult:
+    """One task of a bench run. `speedup` is over the run's baseline and set only when status is 'ok'."""
+
+    task: str            # relative path without .py, e.g. "level1/relu"
+    level: str
+    status: str
+    speedup: float | None = None
+    eager_speedup: float | None = None
+    compile_speedup: float | None = None
+    reference_us: float | None = None           # eager reference, median per call (µs)
+    reference_compiled_us: float | None = None  # torch.compile'd reference, median per call (µs)
+    candidate_us: float | None = None
+    candidate: str | None = None                # candidate file path
+    device: str = ""
+    message: str = ""
+    description: str = ""
+    verdict: Verdict | None = None
+
+    def __post_init__(self):
+        if self.status not in BENCH_STATUSES:
+            raise ValueError(f"unknown bench status {self.status!r}; one of {BENCH_STATUSES}")
+        if self.status != "ok" and self.speedup is not None:
+            raise ValueError("speedup is only set for status 'ok'")
+
+    @property
+    def correct(self) -> bool:
+        return self.status == "ok"
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["verdict"] = self.verdict.to_dict() if self.verdict is not None else None
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "TaskResult":
+        known = {f.name for f in fields(cls)}
+        d = {k: v for k, v in d.items() if k in known}
+        if d.get("verdict") is not None:
+            d["verdict"] = Verdict.from_dict(d["verdict"])
+        return cls(**d)
+
+
+def from_verdict(task: str, level: str, verdict: Verdict, baseline: str, *, candidate: str | None = None,
+                 reference_us: float | None = None, reference_compiled_us: float | None = None,
+                 description: str = "") -> TaskResult:
+    """A TaskResult from a Verdict, with the speedup over `baseline` ('eager' or 'compile').
+
+    The compile speedup is the verdict's own when it measured torch.compile; otherwise it is derived as
+    eager speedup x (compiled reference time / eager reference time), both reference times from one session.
+    """
+    if baseline not in BASELINES:
+        raise ValueError(f"unknown baseline {baseline!r}; one of {BASELINES}")
+    ok = verdict.status == "ok"
+    eager = verdict.speedup if ok else None
+    compiled = verdict.compile_speedup if ok else None
+    if ok and compiled is None and eager is not None and reference_us and reference_compiled_us:
+        compiled = eager * reference_compiled_us / reference_us
+    cand_t: Timing | None = verdict.candidate_timing
+    return TaskResult(
+        task=task, level=level, status=verdict.status,
+        speedup=eager if baseline == "eager" else compiled,
+        eager_speedup=eager, compile_speedup=compiled,
+        reference_us=reference_us if reference_us is not None else (
+            verdict.reference.median_us if verdict.reference else None),
+        reference_compiled_us=reference_compiled_us if reference_compiled_us is not None else (
+            verdict.reference_compiled.median_us if verdict.reference_compiled else None),
+        candidate_us=cand_t.median_us if cand_t else None,
+        candidate=candidate, device=verdict.device, message=verdict.message, description=description,
+        verdict=verdict,
+    )

@@ -1,0 +1,120 @@
+"""Running a suite: one Evaluator per device, one thread per Evaluator, tasks handed out from one queue."""
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from dataclasses import dataclass, field, replace
+from typing import Callable
+
+from kernelrl.bench.baselines import BaselineCache, environment_key
+from kernelrl.bench.result import BASELINES, TaskResult, from_verdict
+from kernelrl.bench.suite import Suite, SuiteTask
+from kernelrl.evaluate import EvalConfig, EvaluationError, Evaluator
+from kernelrl.task import Candidate, TaskError
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    """How to run a suite: devices, baseline, evaluator settings and which reference timings to take."""
+
+    devices: tuple[str, ...] = ("cpu",)
+    baseline: str = "eager"              # "eager" or "compile": what speedup and fast_p are measured against
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    time_references: bool = True         # time references that have no candidate too (for the report)
+    compiled_references: bool = False    # time torch.compile'd references (always when baseline is compile)
+    use_cache: bool = True               # reuse cached reference timings
+
+    def __post_init__(self):
+        if self.baseline not in BASELINES:
+            raise ValueError(f"unknown baseline {self.baseline!r}; use one of {', '.join(BASELINES)}")
+        if not self.devices:
+            raise ValueError("no devices to run on")
+
+
+def run_suite(suite: Suite, config: BenchConfig, cache: BaselineCache | None = None,
+              on_result: Callable[[TaskResult], None] | None = None,
+              deadline: float | None = None) -> list[TaskResult]:
+    """Evaluate every task's candidate (in parallel across devices); results in suite order.
+
+    With a `deadline` (a time.monotonic() value), tasks not started by then are left out of the results.
+    Raises EvaluationError before any work starts when a device is unavailable.
+    """
+    evaluators = [Evaluator(config.eval.with_(device=d)) for d in config.devices]
+    jobs: queue.Queue[tuple[int, SuiteTask]] = queue.Queue()
+    for i, st in enumerate(suite.tasks):
+        jobs.put((i, st))
+    results: dict[int, TaskResult] = {}
+    lock = threading.Lock()
+
+    def work(ev: Evaluator, device: str):
+        env = environment_key(device, ev.config)
+        while deadline is None or time.monotonic() < deadline:
+            try:
+                i, st = jobs.get_nowait()
+            except queue.Empty:
+                return
+            r = run_task(ev, st, config, cache, env)
+            with lock:
+                results[i] = r
+                if on_result is not None:
+                    on_result(r)
+
+    threads = [threading.Thread(target=work, args=(ev, d), name=f"bench-{d}", daemon=True)
+               for ev, d in zip(evaluators, config.devices)]
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        for ev in evaluators:
+            ev.close()
+    return [results[i] for i in sorted(results)]
+
+
+def run_task(ev: Evaluator, st: SuiteTask, config: BenchConfig, cache: BaselineCache | None,
+             environment: str) -> TaskResult:
+    """Reference timings (cached) and the verdict of one task's candidate on `ev`'s device."""
+    base = dict(task=st.name, level=st.level, candidate=st.candidate_path, device=str(ev.device),
+                description=st.task.meta.description)
+    ref_us = comp_us = None
+    notes = []
+    need_eager = config.time_references or st.candidate_path is not None
+    try:
+        if need_eager:
+            ref_us = reference_time(ev, st, False, cache, environment, config.use_cache)
+    except Exception as e:  # noqa: BLE001 - a reference that cannot be timed is reported, not fatal
+        return TaskResult(status="reference_error", message=f"timing the reference failed: {e}", **base)
+    if config.compiled_references or (config.baseline == "compile" and need_eager):
+        try:
+            comp_us = reference_time(ev, st, True, cache, environment, config.use_cache)
+        except Exception as e:  # noqa: BLE001 - eager results stand; the compile baseline is then unknown
+            notes.append(f"torch.compile of the reference failed: {str(e)[:300]}")
+    base.update(reference_us=ref_us, reference_compiled_us=comp_us)
+    if st.candidate_path is None:
+        return TaskResult(status="missing", message="; ".join(["no candidate file"] + notes), **base)
+    try:
+        cand = Candidate.from_file(st.candidate_path)
+    except TaskError as e:
+        return TaskResult(status="invalid", message=str(e), **base)
+    try:
+        verdict = ev.evaluate(st.task, cand)
+    except EvaluationError as e:
+        return TaskResult(status="reference_error", message=str(e), **base)
+    result = from_verdict(st.name, st.level, verdict, config.baseline, candidate=st.candidate_path,
+                          reference_us=ref_us, reference_compiled_us=comp_us, description=st.task.meta.description)
+    return replace(result, message="; ".join(([result.message] if result.message else []) + notes))
+
+
+def reference_time(ev: Evaluator, st: SuiteTask, compiled: bool, cache: BaselineCache | None,
+                   environment: str, use_cache: bool = True) -> float:
+    """Median per-call time of the reference (µs), from the cache when it has a matching entry."""
+    if cache is not None and use_cache:
+        hit = cache.get(st.task.digest, environment, compiled)
+        if hit is not None:
+            return hit.median_us
+    timing = ev.time_reference(st.task, compiled=compiled)
+    if cache is not None:
+        cache.put(st.task.digest, environment, compiled, timing, task=st.name)
+    return timing.median_us

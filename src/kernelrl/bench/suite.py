@@ -1,0 +1,132 @@
+"""Suites: any directory of KernelBench-format reference files, each paired with its candidate (or none).
+
+A task's level comes from the first folder on its relative path named like `level1`, `level_2` or `Level-3`
+(normalised to `level1`...); otherwise from its first folder; top-level files have level "". A candidate is
+found at the same relative path under the candidates directory, else by file name anywhere under it (the one
+in the same level folder wins when several share a name). Nothing here runs task or candidate code.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from kernelrl.task import Task, TaskError
+
+_LEVEL = re.compile(r"^level[\s_-]*(\d+)$", re.IGNORECASE)
+_IGNORED_DIRS = {"__pycache__", ".git", ".ipynb_checkpoints", "candidates"}
+
+
+class SuiteError(ValueError):
+    """A suite or candidates directory that cannot be used, with what to do about it."""
+
+
+@dataclass(frozen=True)
+class SuiteTask:
+    """One reference of a suite and the candidate file matched to it (None when there is none)."""
+
+    task: Task
+    rel_path: str  # relative to the suite directory, '/'-separated
+    level: str
+    candidate_path: str | None = None
+
+    @property
+    def name(self) -> str:
+        return self.rel_path[:-3] if self.rel_path.endswith(".py") else self.rel_path
+
+
+@dataclass(frozen=True)
+class Suite:
+    """The tasks found under a directory, and the files that were skipped with the reason for each."""
+
+    root: str
+    tasks: tuple[SuiteTask, ...]
+    skipped: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def levels(self) -> tuple[str, ...]:
+        return tuple(sorted({t.level for t in self.tasks}, key=level_sort_key))
+
+
+def level_of(rel_path: str) -> str:
+    """The level a relative path belongs to: 'levelN' from a folder like level_N, else its first folder."""
+    folders = Path(rel_path).parts[:-1]
+    for part in folders:
+        m = _LEVEL.match(part)
+        if m:
+            return f"level{int(m.group(1))}"
+    return folders[0] if folders else ""
+
+
+def level_sort_key(level: str) -> tuple:
+    """Sort level1 < level2 < level10 < other names."""
+    m = re.match(r"^level(\d+)$", level)
+    return (0, int(m.group(1)), "") if m else (1, 0, level)
+
+
+def discover(tasks_dir: str | Path, candidates_dir: str | Path | None = None) -> Suite:
+    """Every reference .py file under `tasks_dir` (recursively), each matched to its candidate."""
+    root = Path(tasks_dir)
+    if not root.is_dir():
+        raise SuiteError(f"{root}: no such suite directory (give a folder of KernelBench-format .py files)")
+    cands_root = Path(candidates_dir) if candidates_dir is not None else None
+    if cands_root is not None and not cands_root.is_dir():
+        raise SuiteError(f"{cands_root}: no such candidates directory")
+    skip_root = cands_root.resolve() if cands_root is not None else None
+    by_name = _candidate_index(cands_root) if cands_root is not None else {}
+
+    tasks, skipped = [], []
+    for path in sorted(root.rglob("*.py")):
+        rel = path.relative_to(root)
+        if _ignored(rel) or (skip_root is not None and _inside(path, skip_root)):
+            continue
+        rel_s = rel.as_posix()
+        level = level_of(rel_s)
+        try:
+            task = Task.from_file(path, level=level or None)
+        except TaskError as e:
+            skipped.append((rel_s, str(e)))
+            continue
+        cand = _match(rel, level, cands_root, by_name) if cands_root is not None else None
+        tasks.append(SuiteTask(task=task, rel_path=rel_s, level=level, candidate_path=cand))
+    if not tasks:
+        detail = f" ({len(skipped)} .py files skipped: {skipped[0][1]})" if skipped else ""
+        raise SuiteError(f"{root}: no KernelBench-format references found{detail}; each needs class Model, "
+                         "get_inputs() and get_init_inputs()")
+    return Suite(root=str(root), tasks=tuple(tasks), skipped=tuple(skipped))
+
+
+def _ignored(rel: Path) -> bool:
+    if rel.name == "__init__.py" or rel.name.startswith(("_", ".")):
+        return True
+    return any(part in _IGNORED_DIRS or part.startswith(".") for part in rel.parts[:-1])
+
+
+def _inside(path: Path, folder: Path) -> bool:
+    try:
+        path.resolve().relative_to(folder)
+        return True
+    except ValueError:
+        return False
+
+
+def _candidate_index(cands_root: Path) -> dict[str, list[Path]]:
+    index: dict[str, list[Path]] = {}
+    for p in sorted(cands_root.rglob("*.py")):
+        rel = p.relative_to(cands_root)
+        if rel.name == "__init__.py" or any(part in ("__pycache__",) or part.startswith(".") for part in rel.parts):
+            continue
+        index.setdefault(p.name, []).append(p)
+    return index
+
+
+def _match(rel: Path, level: str, cands_root: Path, by_name: dict[str, list[Path]]) -> str | None:
+    exact = cands_root / rel
+    if exact.is_file():
+        return str(exact)
+    found = by_name.get(rel.name, [])
+    if len(found) == 1:
+        return str(found[0])
+    same_level = [p for p in found if level and level_of(p.relative_to(cands_root).as_posix()) == level]
+    # Several files share the name and none is the unique one in the task's level: no guess.
+    return str(same_level[0]) if len(same_level) == 1 else None

@@ -1,0 +1,107 @@
+"""Benchmark the dispatch against torch.matmul and cuBLASLt (heuristic top-1, autotuned) in every timing mode.
+
+One CSV row per shape; resumable like the tuner (rows already in the file are skipped).
+"""
+from __future__ import annotations
+
+import csv
+import math
+import random
+import time
+from pathlib import Path
+
+import torch
+
+from kernelrl.gemm import check as chk
+from kernelrl.gemm import timing as tm
+from kernelrl.gemm.dispatch import Dispatcher
+from kernelrl.gemm.registry import make_launcher
+from kernelrl.gemm.shapes import Shape
+from kernelrl.gemm.tune import DTYPE_NAMES, estimate_torch_us
+
+IMPLS = ("torch", "cublaslt_heuristic", "cublaslt_autotune", "kernelrl")
+EAGER_MODES = ("offline", "cold", "server", "latency", "host")
+
+
+def columns() -> list[str]:
+    cols = ["m", "n", "k", "dtype", "torch_us", "cublaslt_heuristic_us", "cublaslt_autotune_us", "kernelrl_us",
+            "torch_control_us",
+            "kernel", "rel_err", "torch_rel_err", "cublaslt_autotune_kernel"]
+    cols += [f"{impl}_{mode}_us" for mode in EAGER_MODES for impl in IMPLS]
+    return cols
+
+
+def _impls(s: Shape, dtype: torch.dtype, record: dict, disp: Dispatcher) -> dict[str, tuple]:
+    """impl -> (function, takes an output argument)."""
+    out: dict[str, tuple] = {"torch": (torch.matmul, False)}
+    heur = record.get("cublaslt_heuristic")
+    auto = record.get("cublaslt_autotune")
+    if heur:
+        out["cublaslt_heuristic"] = (make_launcher(heur, s.m, s.n, s.k, dtype), True)
+    if auto:
+        out["cublaslt_autotune"] = (make_launcher(auto, s.m, s.n, s.k, dtype), True)
+    out["kernelrl"] = (disp, False)
+    return out
+
+
+def bench_shape(s: Shape, dtype: torch.dtype, record: dict, disp: Dispatcher, flusher: tm.L2Flusher,
+                rng: random.Random) -> dict:
+    """Every implementation in every mode on one shape; the CSV row."""
+    row: dict = {"m": s.m, "n": s.n, "k": s.k, "dtype": record["dtype"],
+                 "kernel": disp.kernel_for(s.m, s.n, s.k, dtype),
+                 "cublaslt_autotune_kernel": record.get("cublaslt_autotune") or ""}
+    impls = _impls(s, dtype, record, disp)
+    a, b = chk.random_inputs(s.m, s.n, s.k, dtype)
+    ref = chk.reference(a, b)
+    row["rel_err"] = chk.rel_err(disp(a, b), ref)
+    row["torch_rel_err"] = chk.rel_err(torch.matmul(a, b), ref)
+    del ref, a, b
+    inp = tm.Inputs(s.m, s.n, s.k, dtype)
+    est = estimate_torch_us(s)
+    calls = tm.calls_for(est)
+    few = 5 if est > 2000 else (10 if est > 200 else 20)
+    # the primary figure: graph replay, the implementations' replays interleaved; torch.matmul timed a second
+    # time as its own control, so that the spread between two identical programs shows the noise floor
+    graphed = {**impls, "torch_control": (torch.matmul, False)}
+    for impl, us in tm.time_graphs(graphed, inp, calls, 7 if est > 2000 else 15, rng).items():
+        row[f"{impl}_us"] = us
+    order = list(impls)
+    rng.shuffle(order)
+    for impl in order:
+        fn, takes_out = impls[impl]
+        row[f"{impl}_offline_us"] = tm.time_offline(fn, inp, calls, 3, out=takes_out)
+        row[f"{impl}_cold_us"] = tm.time_cold(fn, inp, few, flusher, out=takes_out)
+        row[f"{impl}_server_us"] = tm.time_server(fn, inp, few, out=takes_out, rng=rng)
+        row[f"{impl}_latency_us"] = tm.time_latency(fn, inp, few, out=takes_out)
+        row[f"{impl}_host_us"] = tm.time_host(fn, inp, min(calls, 50), out=takes_out)
+    return row
+
+
+def bench(shapes: list[Shape], records: dict[tuple, dict], disp: Dispatcher, out: Path, dtype: str = "fp16",
+          deadline_s: float = math.inf, log=print) -> int:
+    """Benchmark every shape not yet in `out` (cheapest first) that has a tuning record."""
+    t0 = time.perf_counter()
+    done = set()
+    if out.is_file():
+        with out.open() as f:
+            done = {(int(r["m"]), int(r["n"]), int(r["k"]), r["dtype"]) for r in csv.DictReader(f)}
+    todo = sorted((s for s in shapes if (s.m, s.n, s.k, dtype) not in done and (s.m, s.n, s.k, dtype) in records),
+                  key=estimate_torch_us)
+    new = not out.is_file()
+    flusher = tm.L2Flusher()
+    rng = random.Random(12345)
+    n = 0
+    with out.open("a", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=columns(), extrasaction="ignore")
+        if new:
+            w.writeheader()
+        for s in todo:
+            if time.perf_counter() - t0 + estimate_torch_us(s) * 200 / 1e6 > deadline_s:
+                log(f"deadline reached: {len(todo) - n} shapes left to benchmark")
+                break
+            row = bench_shape(s, DTYPE_NAMES[dtype], records[(s.m, s.n, s.k, dtype)], disp, flusher, rng)
+            w.writerow(row)
+            f.flush()
+            n += 1
+            log(f"bench {s}: torch {row['torch_us']:.2f} kernelrl {row['kernelrl_us']:.2f} us ({row['kernel'][:40]})")
+    return n

@@ -1,0 +1,121 @@
+"""Build the native kernel libraries with nvcc: the CUTLASS SM90 configurations and the cuBLASLt binding."""
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from kernelrl.gemm.space import CUTLASS_CONFIGS, CutlassConfig
+
+SOURCE = Path(__file__).parent / "kernels" / "cutlass_sm90.cu"
+DEFAULT_BUILD_DIR = Path(os.environ.get("KERNELRL_GEMM_BUILD", ".kernelrl-cache/gemm"))
+LIB_NAME = "libkernelrl_cutlass_sm90.so"
+LT_SOURCE = Path(__file__).parent / "kernels" / "cublaslt_binding.cu"
+LT_LIB_NAME = "libkernelrl_cublaslt.so"
+
+
+def cutlass_include_dirs() -> list[Path]:
+    """The CUTLASS/CuTe header folders of the `nvidia-cutlass` wheel (or $CUTLASS_PATH)."""
+    roots = []
+    if os.environ.get("CUTLASS_PATH"):
+        roots.append(Path(os.environ["CUTLASS_PATH"]))
+    import importlib.util
+
+    # The nvidia-cutlass wheel ships the C++ headers inside its cutlass_library package (found, not imported).
+    spec = importlib.util.find_spec("cutlass_library")
+    if spec is not None and spec.submodule_search_locations:
+        roots += [Path(p) / "source" for p in spec.submodule_search_locations]
+    for root in roots:
+        inc, util = root / "include", root / "tools" / "util" / "include"
+        if (inc / "cute" / "tensor.hpp").is_file():
+            return [inc, util]
+    raise FileNotFoundError(
+        "CUTLASS headers not found: `pip install nvidia-cutlass` (its cutlass_library package carries them) "
+        "or set CUTLASS_PATH to a CUTLASS checkout")
+
+
+def nvcc_command(cfg: CutlassConfig, out: Path, includes: list[Path], bf16: bool = False) -> list[str]:
+    """The nvcc command that compiles one configuration to an object file."""
+    defs = [f"-D{k}={v}" for k, v in cfg.macros.items()]
+    if bf16:
+        defs = [d.replace(f"KR_NAME={cfg.symbol}", f"KR_NAME={cfg.symbol}_bf16") for d in defs]
+    return ["nvcc", "-std=c++17", "-O3", "-DNDEBUG", "-gencode=arch=compute_90a,code=sm_90a",
+            "--expt-relaxed-constexpr", "-Xcompiler=-fPIC", *[f"-I{p}" for p in includes],
+            *defs, f"-DKR_BF16={int(bf16)}", "-c", str(SOURCE), "-o", str(out)]
+
+
+def build(build_dir: Path = DEFAULT_BUILD_DIR, configs=CUTLASS_CONFIGS, jobs: int | None = None,
+          bf16: bool = False, log=print) -> Path:
+    """Compile `configs` (skipping objects already built from the same source) and link the library."""
+    if shutil.which("nvcc") is None:
+        raise FileNotFoundError("nvcc not found on PATH: the CUTLASS family needs the CUDA toolkit")
+    includes = cutlass_include_dirs()
+    build_dir.mkdir(parents=True, exist_ok=True)
+    digest = hashlib.sha256(SOURCE.read_bytes()).hexdigest()[:10]
+    jobs = jobs or max(1, os.cpu_count() or 1)
+    dtypes = (False, True) if bf16 else (False,)
+    work = []
+    for cfg in configs:
+        for is_bf16 in dtypes:
+            obj = build_dir / f"{cfg.symbol}{'_bf16' if is_bf16 else ''}.{digest}.o"
+            if not obj.is_file():
+                work.append((cfg, obj, is_bf16))
+
+    def compile_one(item):
+        cfg, obj, is_bf16 = item
+        tmp = obj.with_suffix(".tmp.o")
+        proc = subprocess.run(nvcc_command(cfg, tmp, includes, is_bf16), capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise RuntimeError(f"nvcc failed for {cfg.symbol}:\n{proc.stderr[-4000:]}")
+        tmp.rename(obj)
+        log(f"built {obj.name}")
+
+    with ThreadPoolExecutor(jobs) as pool:
+        list(pool.map(compile_one, work))
+    objs = [build_dir / f"{c.symbol}{sfx}.{digest}.o" for c in configs for sfx in
+            (("", "_bf16") if bf16 else ("",))]
+    lib = build_dir / LIB_NAME
+    subprocess.run(["nvcc", "-shared", "-o", str(lib), *map(str, objs)], check=True)
+    log(f"linked {lib}")
+    return lib
+
+
+def cublas_dirs() -> tuple[Path, Path]:
+    """(include, lib) folders of cuBLAS: $CUBLAS_PATH, the `nvidia-cublas` wheel, or the CUDA toolkit."""
+    roots = [Path(os.environ["CUBLAS_PATH"])] if os.environ.get("CUBLAS_PATH") else []
+    try:
+        import nvidia  # namespace package of the nvidia-* wheels that torch depends on
+
+        for base in nvidia.__path__:
+            roots += [Path(base) / "cu13", Path(base) / "cublas"]
+    except ImportError:
+        pass
+    roots.append(Path("/usr/local/cuda"))
+    for root in roots:
+        inc = root / "include"
+        for lib in (root / "lib", root / "lib64"):
+            if (inc / "cublasLt.h").is_file() and any(lib.glob("libcublasLt.so*")):
+                return inc, lib
+    raise FileNotFoundError("cublasLt.h not found: install the nvidia-cublas wheel or set CUBLAS_PATH")
+
+
+def build_cublaslt(build_dir: Path = DEFAULT_BUILD_DIR, log=print) -> Path:
+    """Compile the cuBLASLt binding; it links the libcublasLt that torch loads (same soname)."""
+    inc, lib_dir = cublas_dirs()
+    build_dir.mkdir(parents=True, exist_ok=True)
+    lib = build_dir / LT_LIB_NAME
+    soname = sorted(p.name for p in lib_dir.glob("libcublasLt.so.*"))[0]
+    subprocess.run(["nvcc", "-std=c++17", "-O2", "-Xcompiler=-fPIC", "-shared", f"-I{inc}", str(LT_SOURCE),
+                    "-o", str(lib), f"-L{lib_dir}", f"-l:{soname}"], check=True)
+    log(f"linked {lib}")
+    return lib
+
+
+if __name__ == "__main__":
+    out = Path(sys.argv[1]) if len(sys.argv) > 1 else DEFAULT_BUILD_DIR
+    build_cublaslt(out)
+    build(out)

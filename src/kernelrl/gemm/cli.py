@@ -1,0 +1,185 @@
+"""`kernelrl gemm tune|bench|show|report|build`: the HGEMM search and its benchmark from the command line."""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.table import Table as RichTable
+
+app = typer.Typer(add_completion=False, no_args_is_help=True,
+                  help="HGEMM on Hopper: tune per shape, benchmark against torch.matmul and cuBLASLt.")
+err = Console(stderr=True)
+out = Console()
+
+RESULTS = Path("benchmarks/results")
+DEFAULT_RECORDS = RESULTS / "gemm_tune_h200.jsonl.gz"
+DEFAULT_CSV = RESULTS / "gemm_h200.csv"
+
+
+def fail(message: str, code: int = 2):
+    err.print(f"[bold red]error:[/] {message}", highlight=False)
+    raise typer.Exit(code)
+
+
+def _shapes(spec: str):
+    from kernelrl.gemm.shapes import read_shapes
+
+    try:
+        return read_shapes(spec)
+    except (ValueError, FileNotFoundError) as e:
+        fail(str(e))
+
+
+def _need_cuda(what: str) -> None:
+    import torch
+
+    if not torch.cuda.is_available():
+        fail(f"`kernelrl gemm {what}` times kernels on a GPU, and no CUDA device is visible here: "
+             "run it on a Hopper (sm_90) machine")
+
+
+@app.command()
+def tune(
+    shapes: str = typer.Option("grid", help="`grid` (1000 shapes), MxNxK[,MxNxK...], or a CSV with m,n,k"),
+    dtype: str = typer.Option("fp16", help="fp16 or bf16"),
+    results: Path = typer.Option(DEFAULT_RECORDS, help="per-shape records (JSONL, .gz allowed); resumed"),
+    table: Path = typer.Option(None, help="write the tuned table here (default: the committed table)"),
+    deadline: float = typer.Option(math.inf, help="stop after this many seconds (rerun to resume)"),
+):
+    """Search every family's pruned candidates per shape; append records; write the table."""
+    from kernelrl.gemm.table import DEFAULT_TABLE, from_records, read_records
+    from kernelrl.gemm.tune import plain_results
+    from kernelrl.gemm.tune import tune as run_tune
+
+    if dtype not in ("fp16", "bf16"):
+        fail(f"dtype {dtype!r}: use fp16 or bf16")
+    todo = _shapes(shapes)
+    _need_cuda("tune")
+    import torch
+
+    from kernelrl.gemm import cublaslt
+
+    with plain_results(results) as work:
+        n = run_tune(todo, work, dtype, deadline_s=deadline, log=out.print)
+        records = read_records(work)
+    meta = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
+            "cublaslt_version": cublaslt.version(), "source": str(results), "shapes": len(records)}
+    tbl = from_records(records, meta)
+    tbl.save(table or DEFAULT_TABLE)
+    out.print(f"tuned {n} new shapes; table of {len(tbl.entries)} shapes ({len(tbl.lookup())} not torch) "
+              f"written to {table or DEFAULT_TABLE}")
+
+
+@app.command()
+def bench(
+    shapes: str = typer.Option("grid", help="`grid`, MxNxK[,...], or a CSV with m,n,k"),
+    results: Path = typer.Option(DEFAULT_RECORDS, help="the tuner's records (give the cuBLASLt baselines)"),
+    table: Path = typer.Option(None, help="tuned table to dispatch with (default: the committed table)"),
+    csv_out: Path = typer.Option(DEFAULT_CSV, "--out", help="CSV, one row per shape; resumed"),
+    deadline: float = typer.Option(math.inf, help="stop after this many seconds (rerun to resume)"),
+    report: bool = typer.Option(True, help="write the markdown report and plots next to the CSV"),
+):
+    """Time kernelrl.gemm.matmul, torch.matmul and cuBLASLt (heuristic, autotuned) in every mode."""
+    from kernelrl.gemm.bench import bench as run_bench
+    from kernelrl.gemm.dispatch import Dispatcher
+    from kernelrl.gemm.table import DEFAULT_TABLE, Table, read_records
+
+    todo = _shapes(shapes)
+    if not Path(results).is_file():
+        fail(f"no tuning records at {results}: run `kernelrl gemm tune` first")
+    _need_cuda("bench")
+    recs = {(r["m"], r["n"], r["k"], r["dtype"]): r for r in read_records(results)}
+    disp = Dispatcher(Table.load(table or DEFAULT_TABLE))
+    n = run_bench(todo, recs, disp, csv_out, deadline_s=deadline, log=out.print)
+    out.print(f"benchmarked {n} shapes into {csv_out}")
+    if report:
+        from kernelrl.gemm.report import write_report
+
+        out.print(f"report: {write_report(csv_out, csv_out.parent, csv_out.stem)}")
+
+
+@app.command()
+def show(
+    table: Path = typer.Option(None, help="tuned table (default: the committed table)"),
+    shape: str = typer.Option(None, help="MxNxK: print the kernel this shape dispatches to"),
+    dtype: str = typer.Option("fp16"),
+    as_json: bool = typer.Option(False, "--json", help="print JSON"),
+):
+    """What the tuned table holds: kernels per family, or one shape's kernel and times."""
+    from kernelrl.gemm.shapes import Shape
+    from kernelrl.gemm.table import DEFAULT_TABLE, Table
+
+    path = table or DEFAULT_TABLE
+    try:
+        tbl = Table.load(path)
+    except ValueError as e:
+        fail(str(e))
+    if not tbl.entries:
+        fail(f"no tuned table at {path}: run `kernelrl gemm tune`")
+    if shape:
+        try:
+            s = Shape.parse(shape)
+        except ValueError as e:
+            fail(str(e))
+        hit = [e for e in tbl.entries if e.key == (s.m, s.n, s.k, dtype)]
+        if not hit:
+            out.print(f"{s} {dtype}: not in the table: dispatches to torch.matmul")
+            return
+        e = hit[0]
+        info = {"shape": str(s), "dtype": dtype, "kernel": e.kernel, "us": e.us, "torch_us": e.torch_us,
+                "speedup": e.torch_us / e.us}
+        out.print_json(json.dumps(info)) if as_json else out.print(
+            f"{s} {dtype}: {e.kernel} {e.us:.2f} us (torch.matmul {e.torch_us:.2f} us, {e.torch_us / e.us:.3f}x)")
+        return
+    fams: dict[str, list] = {}
+    for e in tbl.entries:
+        fams.setdefault(e.kernel.split(":", 1)[0], []).append(e)
+    summary = {f: {"shapes": len(es), "geomean_speedup": math.exp(sum(math.log(e.torch_us / e.us) for e in es)
+                                                                  / len(es))} for f, es in sorted(fams.items())}
+    if as_json:
+        out.print_json(json.dumps({"meta": tbl.meta, "families": summary}))
+        return
+    t = RichTable(title=f"{path} ({len(tbl.entries)} shapes; {tbl.meta.get('gpu', '?')})")
+    t.add_column("family")
+    t.add_column("shapes", justify="right")
+    t.add_column("geomean speedup vs torch (tuning)", justify="right")
+    for f, d in summary.items():
+        t.add_row(f, str(d["shapes"]), f"{d['geomean_speedup']:.3f}")
+    out.print(t)
+
+
+@app.command()
+def report(
+    csv_path: Path = typer.Argument(DEFAULT_CSV, help="benchmark CSV"),
+    out_dir: Path = typer.Option(None, help="folder for the markdown and plots (default: next to the CSV)"),
+):
+    """Write the markdown report and plots for a benchmark CSV."""
+    from kernelrl.gemm.report import write_report
+
+    if not csv_path.is_file():
+        fail(f"no benchmark CSV at {csv_path}: run `kernelrl gemm bench`")
+    try:
+        md = write_report(csv_path, out_dir or csv_path.parent, csv_path.stem)
+    except (ValueError, KeyError) as e:
+        fail(f"{csv_path} is not a gemm benchmark CSV ({e})")
+    out.print(f"report: {md}")
+
+
+@app.command()
+def build(
+    build_dir: Path = typer.Option(None, help="where the libraries go (default .kernelrl-cache/gemm)"),
+    jobs: int = typer.Option(0, help="parallel nvcc jobs (0: one per core)"),
+    bf16: bool = typer.Option(False, help="also build bf16 CUTLASS configurations"),
+):
+    """Compile the CUTLASS configurations and the cuBLASLt binding with nvcc."""
+    from kernelrl.gemm import build as b
+
+    d = build_dir or b.DEFAULT_BUILD_DIR
+    try:
+        b.build_cublaslt(d, log=out.print)
+        b.build(d, jobs=jobs or None, bf16=bf16, log=out.print)
+    except (FileNotFoundError, RuntimeError) as e:
+        fail(str(e))

@@ -1,0 +1,104 @@
+"""cuBLASLt through the project's binding: heuristic algorithm lists, split-K variants and launches."""
+from __future__ import annotations
+
+import ctypes
+from dataclasses import dataclass
+
+import torch
+
+from kernelrl.gemm.native import cublaslt_lib
+
+# torch's cuBLASLt workspace on Hopper (CUBLASLT_WORKSPACE_SIZE default: 32 MiB); every baseline gets the same cap.
+WORKSPACE_CAP = 32 * 1024 * 1024
+ALGO_BYTES = 64
+_DTYPE_CODE = {torch.float16: 0, torch.bfloat16: 1}
+_vp, _i, _sz = ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t
+
+
+def _lib():
+    lib = cublaslt_lib()
+    if not getattr(lib, "_kr_typed", False):
+        lib.kr_lt_version.restype = _sz
+        lib.kr_lt_heuristics.argtypes = [_i, _i, _i, _i, _sz, _i, _vp, ctypes.POINTER(_sz), ctypes.POINTER(_i)]
+        lib.kr_lt_with_splitk.argtypes = [_i, _i, _i, _i, _vp, _i, _vp, ctypes.POINTER(_sz)]
+        lib.kr_lt_algo_info.argtypes = [_vp, ctypes.POINTER(_i)]
+        lib.kr_lt_matmul.argtypes = [_i, _vp, _vp, _vp, _vp, _i, _i, _i, _vp, _sz, _vp]
+        lib.kr_lt_plan.argtypes = [_i, _i, _i, _i, _vp, _vp, _sz]
+        lib.kr_lt_plan.restype = _vp
+        lib.kr_lt_plan_run.argtypes = [_vp, _vp, _vp, _vp, _vp]
+        lib._kr_typed = True
+    return lib
+
+
+def version() -> int:
+    """cuBLASLt's version number (algorithm blobs are only valid for the version that made them)."""
+    return int(_lib().kr_lt_version())
+
+
+@dataclass(frozen=True)
+class LtAlgo:
+    """One cuBLASLt algorithm configuration: its opaque 64-byte blob and what the blob says."""
+
+    blob: bytes
+    workspace: int  # bytes it needs
+    rank: int  # position in the heuristic's list (-1 for a derived split-K variant)
+
+    @property
+    def info(self) -> dict:
+        vals = (ctypes.c_int * 8)()
+        _lib().kr_lt_algo_info(self.blob, vals)
+        keys = ("algo", "tile", "stages", "splitk", "reduction", "swizzle", "custom", "cluster")
+        return dict(zip(keys, list(vals)))
+
+    @property
+    def name(self) -> str:
+        return "cublaslt:" + self.blob.hex()
+
+    @classmethod
+    def from_name(cls, name: str) -> "LtAlgo":
+        return cls(bytes.fromhex(name.split(":", 1)[1]), 0, -1)
+
+
+def heuristics(m: int, n: int, k: int, dtype: torch.dtype = torch.float16, count: int = 32,
+               workspace_cap: int = WORKSPACE_CAP) -> list[LtAlgo]:
+    """cuBLASLt's heuristic suggestions for row-major C (m x n) = A (m x k) B (k x n), best first."""
+    buf = ctypes.create_string_buffer(ALGO_BYTES * count)
+    ws = (_sz * count)()
+    found = _i(0)
+    st = _lib().kr_lt_heuristics(_DTYPE_CODE[dtype], m, n, k, workspace_cap, count, buf, ws, ctypes.byref(found))
+    if st != 0:
+        raise RuntimeError(f"cublasLtMatmulAlgoGetHeuristic failed with status {st} for {m}x{n}x{k}")
+    raw = buf.raw
+    return [LtAlgo(raw[i * ALGO_BYTES:(i + 1) * ALGO_BYTES], int(ws[i]), i) for i in range(found.value)]
+
+
+def with_splitk(algo: LtAlgo, m: int, n: int, k: int, splits: int,
+                dtype: torch.dtype = torch.float16) -> LtAlgo | None:
+    """`algo` with `splits` K splits (fp32 reduction), or None when cuBLASLt says it cannot run the problem."""
+    out = ctypes.create_string_buffer(ALGO_BYTES)
+    ws = _sz(0)
+    st = _lib().kr_lt_with_splitk(_DTYPE_CODE[dtype], m, n, k, algo.blob, splits, out, ctypes.byref(ws))
+    if st != 0 or ws.value > WORKSPACE_CAP:
+        return None
+    return LtAlgo(out.raw, int(ws.value), -1)
+
+
+def make_launcher(algo: LtAlgo | None, workspace: torch.Tensor, m: int, n: int, k: int,
+                  dtype: torch.dtype = torch.float16):
+    """A function (a, b, c) -> None running cuBLASLt with `algo` (None: cuBLASLt's own default) into c."""
+    lib = _lib()
+    blob = None if algo is None else ctypes.create_string_buffer(algo.blob, ALGO_BYTES)
+    plan = lib.kr_lt_plan(_DTYPE_CODE[dtype], m, n, k, blob, workspace.data_ptr(), workspace.numel())
+    if not plan:
+        raise RuntimeError(f"could not prepare cuBLASLt for {m}x{n}x{k}")
+    run_plan = lib.kr_lt_plan_run
+    dev = workspace.device.index
+    raw_stream = torch._C._cuda_getCurrentRawStream
+
+    def run(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> None:
+        st = run_plan(plan, a.data_ptr(), b.data_ptr(), c.data_ptr(), raw_stream(dev))
+        if st:
+            raise RuntimeError(f"cublasLtMatmul failed with status {st} for {m}x{n}x{k}")
+
+    run.keep = (blob, workspace)  # the plan points into these: keep them alive with the launcher
+    return run

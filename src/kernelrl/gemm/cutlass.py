@@ -1,0 +1,66 @@
+"""The CUTLASS SM90 family through its C ABI: can-implement checks, workspace sizes and launches."""
+from __future__ import annotations
+
+import ctypes
+
+import torch
+
+from kernelrl.gemm.native import cutlass_lib
+from kernelrl.gemm.space import CutlassVariant
+
+_vp, _i, _sz = ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t
+
+
+def _fns(variant: CutlassVariant, dtype: torch.dtype):
+    lib = cutlass_lib()
+    sym = variant.config.symbol + ("_bf16" if dtype == torch.bfloat16 else "")
+    try:
+        run = getattr(lib, f"{sym}_run")
+        ws = getattr(lib, f"{sym}_workspace")
+        can = getattr(lib, f"{sym}_can_implement")
+    except AttributeError as e:
+        raise KeyError(f"CUTLASS configuration {sym} is not in the built library: rebuild it") from e
+    run.argtypes = [_vp, _vp, _vp, _i, _i, _i, _i, _i, _i, _i, _vp, _sz, _vp]
+    plan = getattr(lib, f"{sym}_plan")
+    plan.argtypes = [_i] * 7 + [_vp, _sz]
+    plan.restype = _vp
+    getattr(lib, f"{sym}_plan_run").argtypes = [_vp] * 5
+    ws.argtypes = [_i] * 7
+    ws.restype = _sz
+    can.argtypes = [_i] * 7
+    return run, ws, can
+
+
+def _rt(v: CutlassVariant) -> tuple[int, int, int, int]:
+    return v.splits, v.raster, v.swizzle, v.decomposition
+
+
+def workspace_bytes(variant: CutlassVariant, m: int, n: int, k: int, dtype=torch.float16) -> int:
+    """Workspace the variant needs for the problem, bytes."""
+    return int(_fns(variant, dtype)[1](m, n, k, *_rt(variant)))
+
+
+def can_implement(variant: CutlassVariant, m: int, n: int, k: int, dtype=torch.float16) -> bool:
+    return _fns(variant, dtype)[2](m, n, k, *_rt(variant)) == 0
+
+
+def make_launcher(variant: CutlassVariant, workspace: torch.Tensor, m: int, n: int, k: int,
+                  dtype=torch.float16):
+    """A function (a, b, c) -> None that runs the variant on an m x n x k problem into c."""
+    _fns(variant, dtype)
+    lib = cutlass_lib()
+    sym = variant.config.symbol + ("_bf16" if dtype == torch.bfloat16 else "")
+    plan = getattr(lib, f"{sym}_plan")(m, n, k, *_rt(variant), workspace.data_ptr(), workspace.numel())
+    if not plan:
+        raise ValueError(f"CUTLASS {variant.name} cannot run {m}x{n}x{k} within the workspace cap")
+    run_plan = getattr(lib, f"{sym}_plan_run")
+    dev = workspace.device.index
+    raw_stream = torch._C._cuda_getCurrentRawStream
+
+    def launch(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> None:
+        st = run_plan(plan, a.data_ptr(), b.data_ptr(), c.data_ptr(), raw_stream(dev))
+        if st:
+            raise RuntimeError(f"CUTLASS {variant.name} failed with status {st} for {m}x{n}x{k}")
+
+    launch.keep = workspace
+    return launch

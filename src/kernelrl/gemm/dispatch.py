@@ -1,0 +1,137 @@
+"""`matmul(a, b)`: each known shape goes to its tuned kernel, everything else to torch.matmul.
+
+The hot path is a dictionary lookup, one output allocation and one launch. Launchers are built on a shape's
+first call (warm up before CUDA-graph capture: `warmup(shapes)`); under torch.compile the call goes through
+the custom op `kernelrl::gemm_mm`.
+"""
+from __future__ import annotations
+
+import threading
+import warnings
+
+import torch
+
+from kernelrl.gemm.table import DEFAULT_TABLE, Table
+
+_DTYPES = {torch.float16: "fp16", torch.bfloat16: "bf16"}
+_TORCH = object()  # marker: this shape falls back to torch.matmul
+
+
+class Dispatcher:
+    """Holds the tuned table and the launchers built from it."""
+
+    def __init__(self, table: Table):
+        self.table = table
+        self._names = table.lookup()
+        self._launchers: dict[tuple, object] = {}
+        self._fast: dict[tuple, object] = {}  # exact call signature -> launcher, for tuned shapes only
+        self._lock = threading.Lock()
+
+    def kernel_for(self, m: int, n: int, k: int, dtype: torch.dtype) -> str:
+        """Name of the kernel a call of this shape runs (`torch` for the fallback)."""
+        return self._names.get((m, n, k, _DTYPES.get(dtype, "")), "torch")
+
+    def _resolve(self, key: tuple):
+        m, n, k, dtype, dev = key
+        name = self.kernel_for(m, n, k, dtype)
+        fn = _TORCH
+        if name != "torch":
+            from kernelrl.gemm.registry import make_launcher
+
+            try:
+                with torch.cuda.device(dev):
+                    fn = make_launcher(name, m, n, k, dtype, dev)
+            except Exception as e:  # a missing library or a kernel this GPU cannot run: stay correct
+                warnings.warn(f"kernelrl.gemm: {name} unavailable for {m}x{n}x{k} ({e}); using torch.matmul",
+                              RuntimeWarning, stacklevel=3)
+        with self._lock:
+            self._launchers[key] = fn
+        return fn
+
+    def __call__(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        # Hot path: one dictionary lookup keyed on everything that decides the kernel, then the checks a
+        # launcher needs (contiguous, 16-byte aligned for TMA, no autograd), one allocation, one launch.
+        key = (a.shape, b.shape, a.dtype, b.dtype, a.device, b.device)
+        fn = self._fast.get(key)
+        if fn is None:
+            fn = self._learn(a, b, key)
+        if fn is _TORCH:
+            return torch.matmul(a, b)
+        if (a.is_contiguous() and b.is_contiguous() and not (a.data_ptr() & 15) and not (b.data_ptr() & 15)
+                and not ((a.requires_grad or b.requires_grad) and torch.is_grad_enabled())):
+            c = a.new_empty((a.shape[0], b.shape[1]))
+            fn(a, b, c)
+            return c
+        return torch.matmul(a, b)
+
+    def _learn(self, a: torch.Tensor, b: torch.Tensor, key: tuple):
+        """First call with this signature: decide between a tuned launcher and torch.matmul, and remember."""
+        fn = _TORCH
+        if (a.dim() == 2 and b.dim() == 2 and a.is_cuda and a.dtype in _DTYPES and b.dtype == a.dtype
+                and b.device == a.device and a.shape[1] == b.shape[0]):
+            m, k = a.shape
+            n = b.shape[1]
+            lkey = (m, n, k, a.dtype, a.device.index)
+            fn = self._launchers.get(lkey) or self._resolve(lkey)
+        with self._lock:
+            if len(self._fast) > 65536:  # many distinct signatures: forget rather than grow without bound
+                self._fast.clear()
+            self._fast[key] = fn
+        return fn
+
+
+_default: Dispatcher | None = None
+
+
+def default_dispatcher() -> Dispatcher:
+    """The dispatcher of the committed table (loaded once; only on a Hopper GPU, else all torch)."""
+    global _default
+    if _default is None:
+        table = Table.load(DEFAULT_TABLE)
+        if torch.cuda.is_available() and torch.cuda.get_device_capability() != (9, 0):
+            table = Table((), table.meta)  # kernels are built for sm_90a only
+        elif table.meta.get("cublaslt_version") is not None:
+            try:
+                from kernelrl.gemm import cublaslt
+
+                if cublaslt.version() != table.meta["cublaslt_version"]:
+                    table = table.without_family("cublaslt")  # algorithm blobs belong to one version
+            except (OSError, FileNotFoundError):
+                table = table.without_family("cublaslt")
+        _default = Dispatcher(table)
+    return _default
+
+
+def set_table(table: Table) -> None:
+    """Use `table` instead of the committed one (e.g. a freshly tuned table)."""
+    global _default
+    _default = Dispatcher(table)
+
+
+@torch.library.custom_op("kernelrl::gemm_mm", mutates_args=())
+def _gemm_mm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    return default_dispatcher()(a, b)
+
+
+@_gemm_mm.register_fake
+def _(a, b):
+    return a.new_empty((a.shape[0], b.shape[1]))
+
+
+_is_compiling = torch.compiler.is_compiling
+
+
+def matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """A @ B for 2-D tensors: the tuned kernel for known fp16/bf16 CUDA shapes, else torch.matmul."""
+    if _is_compiling():
+        return _gemm_mm(a, b)
+    return (_default or default_dispatcher())(a, b)
+
+
+def warmup(shapes, dtype=torch.float16) -> None:
+    """Build (and compile) the launchers of `shapes` now, e.g. before CUDA-graph capture."""
+    for s in shapes:
+        a = torch.randn(s.m, s.k, device="cuda", dtype=dtype)
+        b = torch.randn(s.k, s.n, device="cuda", dtype=dtype)
+        matmul(a, b)
+    torch.cuda.synchronize()

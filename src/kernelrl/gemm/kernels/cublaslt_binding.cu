@@ -1,0 +1,170 @@
+// A thin C ABI over cuBLASLt for row-major half/bfloat16 GEMM with fp32 compute: heuristic queries, algorithm
+// checks and launches.  Row-major C (M x N) = A (M x K) B (K x N) is computed as the column-major product
+// C^T = B^T A^T, so cuBLASLt sees m' = N, n' = M with A' = B and B' = A, as torch does.
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+#include <cstdint>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <tuple>
+
+namespace {
+
+cublasLtHandle_t g_handle = nullptr;
+std::mutex g_mutex;
+
+struct Problem {
+  cublasLtMatmulDesc_t op = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;  // column-major views: a = B^T, b = A^T, c = C^T
+};
+std::map<std::tuple<int, int, int, int>, Problem> g_problems;
+
+cudaDataType_t dtype_of(int dtype) { return dtype == 1 ? CUDA_R_16BF : CUDA_R_16F; }
+
+int handle() {
+  if (g_handle) return 0;
+  return static_cast<int>(cublasLtCreate(&g_handle));
+}
+
+// dtype: 0 fp16, 1 bf16.  Returns nullptr on failure.
+Problem* problem(int dtype, int m, int n, int k) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  auto key = std::make_tuple(dtype, m, n, k);
+  auto it = g_problems.find(key);
+  if (it != g_problems.end()) return &it->second;
+  Problem p;
+  cudaDataType_t t = dtype_of(dtype);
+  if (cublasLtMatmulDescCreate(&p.op, CUBLAS_COMPUTE_32F, CUDA_R_32F) != CUBLAS_STATUS_SUCCESS) return nullptr;
+  cublasOperation_t no = CUBLAS_OP_N;
+  cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSA, &no, sizeof(no));
+  cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSB, &no, sizeof(no));
+  if (cublasLtMatrixLayoutCreate(&p.a, t, n, k, n) != CUBLAS_STATUS_SUCCESS) return nullptr;
+  if (cublasLtMatrixLayoutCreate(&p.b, t, k, m, k) != CUBLAS_STATUS_SUCCESS) return nullptr;
+  if (cublasLtMatrixLayoutCreate(&p.c, t, n, m, n) != CUBLAS_STATUS_SUCCESS) return nullptr;
+  return &(g_problems[key] = p);
+}
+
+}  // namespace
+
+extern "C" {
+
+size_t kr_lt_version() { return cublasLtGetVersion(); }
+
+// Fills up to `requested` algorithms (64 bytes each) that cuBLASLt's heuristic suggests, best first, within
+// `workspace_cap` bytes.  `workspace_out[i]` gets each one's workspace need.  Returns a cublasStatus_t.
+int kr_lt_heuristics(int dtype, int m, int n, int k, size_t workspace_cap, int requested, void* algos_out,
+                     size_t* workspace_out, int* count_out) {
+  *count_out = 0;
+  if (int st = handle()) return st;
+  Problem* p = problem(dtype, m, n, k);
+  if (!p) return -1;
+  cublasLtMatmulPreference_t pref;
+  cublasLtMatmulPreferenceCreate(&pref);
+  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace_cap,
+                                       sizeof(workspace_cap));
+  auto* results = new cublasLtMatmulHeuristicResult_t[requested];
+  int found = 0;
+  cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(g_handle, p->op, p->a, p->b, p->c, p->c, pref, requested,
+                                                     results, &found);
+  cublasLtMatmulPreferenceDestroy(pref);
+  int kept = 0;
+  if (st == CUBLAS_STATUS_SUCCESS) {
+    for (int i = 0; i < found; ++i) {
+      if (results[i].state != CUBLAS_STATUS_SUCCESS) continue;
+      std::memcpy(static_cast<char*>(algos_out) + 64 * kept, &results[i].algo, sizeof(cublasLtMatmulAlgo_t));
+      workspace_out[kept] = results[i].workspaceSize;
+      ++kept;
+    }
+  }
+  delete[] results;
+  *count_out = kept;
+  return static_cast<int>(st);
+}
+
+// Copies `algo` with its split-K factor set (fp32 reduction in workspace) into `algo_out` and checks it for
+// the problem; `workspace_out` gets its workspace need.  Returns a cublasStatus_t (0 when it can run).
+int kr_lt_with_splitk(int dtype, int m, int n, int k, const void* algo, int splits, void* algo_out,
+                      size_t* workspace_out) {
+  if (int st = handle()) return st;
+  Problem* p = problem(dtype, m, n, k);
+  if (!p) return -1;
+  cublasLtMatmulAlgo_t a;
+  std::memcpy(&a, algo, sizeof(a));
+  int32_t s = splits;
+  uint32_t scheme = splits > 1 ? CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE : CUBLASLT_REDUCTION_SCHEME_NONE;
+  cublasStatus_t st = cublasLtMatmulAlgoConfigSetAttribute(&a, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &s, sizeof(s));
+  if (st != CUBLAS_STATUS_SUCCESS) return static_cast<int>(st);
+  st = cublasLtMatmulAlgoConfigSetAttribute(&a, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &scheme, sizeof(scheme));
+  if (st != CUBLAS_STATUS_SUCCESS) return static_cast<int>(st);
+  cublasLtMatmulHeuristicResult_t result;
+  st = cublasLtMatmulAlgoCheck(g_handle, p->op, p->a, p->b, p->c, p->c, &a, &result);
+  if (st != CUBLAS_STATUS_SUCCESS) return static_cast<int>(st);
+  std::memcpy(algo_out, &a, sizeof(a));
+  *workspace_out = result.workspaceSize;
+  return 0;
+}
+
+// info: algo id, tile id, stages id, split-K, reduction scheme, CTA swizzling, custom option, cluster shape id.
+int kr_lt_algo_info(const void* algo, int* info) {
+  cublasLtMatmulAlgo_t a;
+  std::memcpy(&a, algo, sizeof(a));
+  int32_t id = 0, splitk = 0;
+  uint32_t tile = 0, stages = 0, red = 0, swz = 0, custom = 0;
+  uint16_t cluster = 0;
+  size_t w = 0;
+  cublasLtMatmulAlgoConfigGetAttribute(&a, CUBLASLT_ALGO_CONFIG_ID, &id, sizeof(id), &w);
+  cublasLtMatmulAlgoConfigGetAttribute(&a, CUBLASLT_ALGO_CONFIG_TILE_ID, &tile, sizeof(tile), &w);
+  cublasLtMatmulAlgoConfigGetAttribute(&a, CUBLASLT_ALGO_CONFIG_STAGES_ID, &stages, sizeof(stages), &w);
+  cublasLtMatmulAlgoConfigGetAttribute(&a, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splitk, sizeof(splitk), &w);
+  cublasLtMatmulAlgoConfigGetAttribute(&a, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &red, sizeof(red), &w);
+  cublasLtMatmulAlgoConfigGetAttribute(&a, CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING, &swz, sizeof(swz), &w);
+  cublasLtMatmulAlgoConfigGetAttribute(&a, CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION, &custom, sizeof(custom), &w);
+  cublasLtMatmulAlgoConfigGetAttribute(&a, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, &cluster, sizeof(cluster), &w);
+  int vals[8] = {id, (int)tile, (int)stages, splitk, (int)red, (int)swz, (int)custom, (int)cluster};
+  std::memcpy(info, vals, sizeof(vals));
+  return 0;
+}
+
+// Runs C = A B with `algo` (or cuBLASLt's own choice when algo is null) on `stream`.  Returns a cublasStatus_t.
+int kr_lt_matmul(int dtype, const void* algo, const void* a, const void* b, void* c, int m, int n, int k,
+                 void* workspace, size_t workspace_bytes, cudaStream_t stream) {
+  if (int st = handle()) return st;
+  Problem* p = problem(dtype, m, n, k);
+  if (!p) return -1;
+  const float alpha = 1.0f, beta = 0.0f;
+  return static_cast<int>(cublasLtMatmul(g_handle, p->op, &alpha, b, p->a, a, p->b, &beta, c, p->c, c, p->c,
+                                         static_cast<const cublasLtMatmulAlgo_t*>(algo), workspace,
+                                         workspace_bytes, stream));
+}
+
+// A prepared call: problem, algorithm and workspace fixed, so a launch passes only the pointers and stream.
+struct LtPlan {
+  Problem* problem;
+  cublasLtMatmulAlgo_t algo;
+  bool has_algo;
+  void* workspace;
+  size_t workspace_bytes;
+};
+
+void* kr_lt_plan(int dtype, int m, int n, int k, const void* algo, void* workspace, size_t workspace_bytes) {
+  if (handle()) return nullptr;
+  Problem* p = problem(dtype, m, n, k);
+  if (!p) return nullptr;
+  auto* plan = new LtPlan{p, {}, algo != nullptr, workspace, workspace_bytes};
+  if (algo) std::memcpy(&plan->algo, algo, sizeof(plan->algo));
+  return plan;
+}
+
+int kr_lt_plan_run(void* plan_, const void* a, const void* b, void* c, cudaStream_t stream) {
+  auto* plan = static_cast<LtPlan*>(plan_);
+  const float alpha = 1.0f, beta = 0.0f;
+  Problem* p = plan->problem;
+  return static_cast<int>(cublasLtMatmul(g_handle, p->op, &alpha, b, p->a, a, p->b, &beta, c, p->c, c, p->c,
+                                         plan->has_algo ? &plan->algo : nullptr, plan->workspace,
+                                         plan->workspace_bytes, stream));
+}
+
+void kr_lt_plan_free(void* plan) { delete static_cast<LtPlan*>(plan); }
+
+}  // extern "C"

@@ -1,0 +1,53 @@
+"""Kernel names to launchers: every family's kernel is a function (a, b, c) -> None writing A @ B into c.
+
+Names: `torch`; `cublaslt` (cuBLASLt's own default, no algorithm given); `cublaslt:<64-byte algo hex>`;
+`triton:<config>`; `cutlass:<config>/<run-time arguments>`.
+"""
+from __future__ import annotations
+
+import functools
+
+import torch
+
+from kernelrl.gemm.space import CutlassVariant, TritonConfig
+
+FAMILIES = ("torch", "cublaslt", "triton", "cutlass")
+
+
+def family(name: str) -> str:
+    fam = name.split(":", 1)[0]
+    if fam not in FAMILIES:
+        raise ValueError(f"unknown kernel family in {name!r}: one of {FAMILIES}")
+    return fam
+
+
+@functools.lru_cache(maxsize=8)
+def workspace(device_index: int) -> torch.Tensor:
+    """The one workspace per device shared by cuBLASLt and CUTLASS kernels (allocated once, 32 MiB)."""
+    from kernelrl.gemm.cublaslt import WORKSPACE_CAP
+
+    return torch.empty(WORKSPACE_CAP, dtype=torch.uint8, device=f"cuda:{device_index}")
+
+
+def _torch_out(a, b, c):
+    torch.matmul(a, b, out=c)
+
+
+def make_launcher(name: str, m: int, n: int, k: int, dtype=torch.float16, device_index: int | None = None):
+    """The launcher of kernel `name` for an m x n x k problem of `dtype`."""
+    fam = family(name)
+    if fam == "torch":
+        return _torch_out
+    dev = torch.cuda.current_device() if device_index is None else device_index
+    if fam == "cublaslt":
+        from kernelrl.gemm import cublaslt
+
+        algo = cublaslt.LtAlgo.from_name(name) if ":" in name else None
+        return cublaslt.make_launcher(algo, workspace(dev), m, n, k, dtype)
+    if fam == "triton":
+        from kernelrl.gemm import triton_family
+
+        return triton_family.make_launcher(TritonConfig.parse(name), m, n, k)
+    from kernelrl.gemm import cutlass
+
+    return cutlass.make_launcher(CutlassVariant.parse(name), workspace(dev), m, n, k, dtype)

@@ -1,0 +1,73 @@
+"""GEMM problem shapes: the 1000-shape grid and user lists (`MxNxK` strings or CSV files)."""
+from __future__ import annotations
+
+import csv
+import itertools
+from dataclasses import dataclass
+from pathlib import Path
+
+GRID_SIZES = (64, 128, 256, 512, 1024, 2048, 4096, 8192, 12288, 16384)
+DTYPES = ("fp16", "bf16")
+
+
+@dataclass(frozen=True, order=True)
+class Shape:
+    """C (m x n) = A (m x k) @ B (k x n), all row-major."""
+
+    m: int
+    n: int
+    k: int
+
+    def __post_init__(self):
+        for name in ("m", "n", "k"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or v <= 0:
+                raise ValueError(f"shape dimension {name}={v!r} must be a positive integer")
+
+    @property
+    def flops(self) -> int:
+        """Floating-point operations of one product (2·m·n·k)."""
+        return 2 * self.m * self.n * self.k
+
+    def bytes(self, elem: int = 2) -> int:
+        """Fewest bytes one product moves: A and B read once, C written once."""
+        return elem * (self.m * self.k + self.k * self.n + self.m * self.n)
+
+    def __str__(self) -> str:
+        return f"{self.m}x{self.n}x{self.k}"
+
+    @classmethod
+    def parse(cls, text: str) -> "Shape":
+        """Parse `MxNxK` (e.g. `4096x4096x1024`)."""
+        parts = text.strip().lower().split("x")
+        if len(parts) != 3 or not all(p.strip().isdigit() for p in parts):
+            raise ValueError(f"bad shape {text!r}: write it as MxNxK, e.g. 4096x4096x1024")
+        return cls(*(int(p) for p in parts))
+
+    def to_dict(self) -> dict:
+        return {"m": self.m, "n": self.n, "k": self.k}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Shape":
+        return cls(int(d["m"]), int(d["n"]), int(d["k"]))
+
+
+def grid(sizes: tuple[int, ...] = GRID_SIZES) -> list[Shape]:
+    """Every (m, n, k) over `sizes`: 1000 shapes for the default sizes, in m, n, k order."""
+    return [Shape(m, n, k) for m, n, k in itertools.product(sizes, sizes, sizes)]
+
+
+def read_shapes(spec: str) -> list[Shape]:
+    """Shapes from `grid`, a comma-separated `MxNxK` list, or a CSV file with m,n,k columns."""
+    if spec == "grid":
+        return grid()
+    path = Path(spec)
+    if path.suffix == ".csv" or ("," not in spec and len(spec) < 256 and path.is_file()):
+        if not path.is_file():
+            raise FileNotFoundError(f"shape list {spec!r} not found: give a CSV with m,n,k columns")
+        with path.open() as f:
+            rows = list(csv.DictReader(f))
+        if not rows or not {"m", "n", "k"} <= set(rows[0]):
+            raise ValueError(f"{spec}: a shape CSV needs a header with columns m,n,k")
+        return [Shape.from_dict(r) for r in rows]
+    return [Shape.parse(s) for s in spec.split(",") if s.strip()]

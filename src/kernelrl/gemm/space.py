@@ -1,0 +1,183 @@
+"""The search space of each kernel family and an analytic cost model that prunes it per shape."""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+from kernelrl.gemm.shapes import Shape
+
+NUM_SMS = 132  # H200 SXM
+SMEM_BYTES = 227 * 1024  # largest dynamic shared memory one block may take on Hopper
+DRAM_BYTES_PER_US = 4.2e6  # measured device copy rate, bytes per microsecond
+PEAK_FLOPS_PER_US = 760e6  # measured fp16 torch.matmul rate on 8192^3, flop per microsecond
+LAUNCH_US = 2.5  # fixed cost of one kernel in a graph replay, microseconds
+
+
+@dataclass(frozen=True)
+class TritonConfig:
+    """One compile-time configuration of the Triton persistent TMA kernel."""
+
+    bm: int
+    bn: int
+    bk: int
+    stages: int
+    warps: int
+    ws: bool = False  # Triton warp specialisation of the tile loop
+    group_m: int = 8
+
+    @property
+    def name(self) -> str:
+        return f"triton:{self.bm}x{self.bn}x{self.bk}_s{self.stages}_w{self.warps}{'_ws' if self.ws else ''}"
+
+    @property
+    def smem_bytes(self) -> int:
+        """Shared memory of the pipeline plus the epilogue tile, bytes (16-bit elements)."""
+        return 2 * (self.stages * (self.bm * self.bk + self.bk * self.bn) + self.bm * self.bn)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def parse(cls, name: str) -> "TritonConfig":
+        """Inverse of `name`."""
+        body = name.split(":", 1)[1]
+        parts = body.split("_")
+        bm, bn, bk = (int(x) for x in parts[0].split("x"))
+        stages = int(parts[1][1:])
+        warps = int(parts[2][1:])
+        return cls(bm, bn, bk, stages, warps, ws="ws" in parts[3:])
+
+
+@dataclass(frozen=True)
+class CutlassConfig:
+    """One compiled CUTLASS SM90 configuration (the template's -D macros)."""
+
+    tm: int
+    tn: int
+    tk: int
+    cm: int = 1
+    cn: int = 1
+    pingpong: bool = False
+    streamk: bool = False  # stream-K tile scheduler (also does split-K and data-parallel at run time)
+
+    @property
+    def symbol(self) -> str:
+        """C identifier prefix of this configuration's exported functions."""
+        sched = "pp" if self.pingpong else "coop"
+        return f"kr_{sched}_{self.tm}x{self.tn}x{self.tk}_c{self.cm}x{self.cn}_{'sk' if self.streamk else 'p'}"
+
+    @property
+    def macros(self) -> dict[str, int | str]:
+        return {"KR_NAME": self.symbol, "KR_TM": self.tm, "KR_TN": self.tn, "KR_TK": self.tk,
+                "KR_CM": self.cm, "KR_CN": self.cn, "KR_PINGPONG": int(self.pingpong),
+                "KR_STREAMK": int(self.streamk)}
+
+
+@dataclass(frozen=True)
+class CutlassVariant:
+    """A compiled configuration plus its run-time scheduler arguments."""
+
+    config: CutlassConfig
+    decomposition: int = 0  # 0 heuristic, 1 data-parallel, 2 split-K, 3 stream-K (stream-K scheduler only)
+    splits: int = 1
+    raster: int = 0  # 0 heuristic, 1 along M, 2 along N
+    swizzle: int = 1
+
+    @property
+    def name(self) -> str:
+        dec = {0: "auto", 1: "dp", 2: f"splitk{self.splits}", 3: "streamk"}[self.decomposition]
+        return f"cutlass:{self.config.symbol[3:]}/{dec}_r{self.raster}_s{self.swizzle}"
+
+    @classmethod
+    def parse(cls, name: str) -> "CutlassVariant":
+        """Inverse of `name`; the configuration must be one of CUTLASS_CONFIGS."""
+        body = name.split(":", 1)[1]
+        sym, rt = body.split("/")
+        by_symbol = {c.symbol[3:]: c for c in CUTLASS_CONFIGS}
+        if sym not in by_symbol:
+            raise KeyError(f"unknown CUTLASS configuration {sym!r} in {name!r}")
+        dec_s, r, s = rt.split("_")
+        if dec_s.startswith("splitk"):
+            dec, splits = 2, int(dec_s[6:])
+        else:
+            dec, splits = {"auto": 0, "dp": 1, "streamk": 3}[dec_s], 1
+        return cls(by_symbol[sym], dec, splits, int(r[1:]), int(s[1:]))
+
+
+TRITON_CONFIGS: tuple[TritonConfig, ...] = tuple(
+    TritonConfig(bm, bn, bk, st, w, ws)
+    for (bm, bn, bk, st, w) in [
+        (128, 256, 64, 3, 8), (128, 128, 64, 4, 8), (128, 128, 64, 5, 8), (64, 256, 64, 4, 4),
+        (64, 128, 64, 4, 4), (128, 64, 64, 4, 4), (64, 64, 128, 4, 4), (64, 64, 64, 6, 4),
+    ]
+    for ws in (False, True)
+    # Triton 3.6's Hopper warp-specialisation pass fails on these two tile shapes (PassManager::run failed)
+    if not (ws and (bm, bn) in ((64, 256), (128, 64)))
+)
+
+CUTLASS_CONFIGS: tuple[CutlassConfig, ...] = (
+    CutlassConfig(128, 128, 64, streamk=True),
+    CutlassConfig(128, 256, 64, streamk=True),
+    CutlassConfig(128, 64, 64, streamk=True),
+    CutlassConfig(128, 256, 64, cm=2),
+    CutlassConfig(256, 128, 64, cn=2),
+    CutlassConfig(64, 128, 64, pingpong=True),
+    CutlassConfig(128, 128, 64, pingpong=True),
+    CutlassConfig(64, 256, 64, pingpong=True),
+)
+
+
+def tile_efficiency(bm: int, bn: int) -> float:
+    """Fraction of peak tensor throughput a tile of bm x bn sustains (shared-memory feed limits small tiles)."""
+    intensity = bm * bn / (bm + bn)  # flops per byte loaded, up to a constant
+    return min(1.0, intensity / 85.3) ** 0.5  # 128x256 -> 1.0; 64x64 -> 0.61
+
+
+def estimate_us(shape: Shape, bm: int, bn: int, splits: int = 1, streamk: bool = False,
+                cluster: int = 1) -> float:
+    """Cost-model time of one product with bm x bn tiles and a K split, microseconds (for ranking only)."""
+    tiles = math.ceil(shape.m / bm) * math.ceil(shape.n / bn)
+    padded = tiles * bm * bn * shape.k * 2
+    per_sm = PEAK_FLOPS_PER_US / NUM_SMS * tile_efficiency(bm, bn)
+    if streamk:
+        compute = padded / (NUM_SMS * per_sm) * 1.05 + 1.0  # balanced work plus fix-up
+        fixup = 0.0
+    else:
+        work_units = tiles * splits
+        waves = math.ceil(work_units / NUM_SMS)
+        # clusters place tiles in pairs: an odd tail wastes up to one SM per cluster
+        waves = math.ceil(work_units / (NUM_SMS - (NUM_SMS % cluster))) if cluster > 1 else waves
+        compute = waves * (bm * bn * (shape.k / splits) * 2) / per_sm
+        fixup = (splits - 1) * shape.m * shape.n * 4 * 2 / DRAM_BYTES_PER_US if splits > 1 else 0.0
+    memory = shape.bytes() / DRAM_BYTES_PER_US
+    k_latency = 0.05 * math.ceil(shape.k / splits / 64)  # each k-step has a latency floor when few tiles run
+    return LAUNCH_US + max(compute, memory) + fixup + k_latency
+
+
+def triton_candidates(shape: Shape, top: int = 4) -> list[TritonConfig]:
+    """The `top` Triton configurations the cost model ranks best for `shape` (both WS variants of each tile)."""
+    fits = [c for c in TRITON_CONFIGS if c.smem_bytes <= SMEM_BYTES]
+    ranked = sorted(fits, key=lambda c: (estimate_us(shape, c.bm, c.bn), -c.bk, c.stages, c.ws))
+    return ranked[:top]
+
+
+def cutlass_candidates(shape: Shape, top: int = 6) -> list[CutlassVariant]:
+    """The `top` CUTLASS variants (configuration x decomposition) the cost model ranks best for `shape`."""
+    scored: list[tuple[float, int, CutlassVariant]] = []
+    for i, cfg in enumerate(CUTLASS_CONFIGS):
+        cluster = cfg.cm * cfg.cn
+        base = estimate_us(shape, cfg.tm, cfg.tn, cluster=cluster) * (0.97 if cfg.pingpong else 1.0)
+        if cfg.streamk:
+            scored.append((base, i, CutlassVariant(cfg, decomposition=1)))
+            tiles = math.ceil(shape.m / cfg.tm) * math.ceil(shape.n / cfg.tn)
+            if tiles < NUM_SMS and shape.k >= 512:
+                scored.append((estimate_us(shape, cfg.tm, cfg.tn, streamk=True), i,
+                               CutlassVariant(cfg, decomposition=3)))
+                for s in (2, 4, 8, 16):
+                    if shape.k // s >= 256 and tiles * s <= 2 * NUM_SMS:
+                        scored.append((estimate_us(shape, cfg.tm, cfg.tn, splits=s), i,
+                                       CutlassVariant(cfg, decomposition=2, splits=s)))
+        else:
+            scored.append((base, i, CutlassVariant(cfg)))
+    scored.sort(key=lambda t: (t[0], t[1]))
+    return [v for _, _, v in scored[:top]]

@@ -1,0 +1,94 @@
+"""The tuned table: which kernel each (m, n, k, dtype) uses, as committed data with its provenance."""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+DEFAULT_TABLE = Path(__file__).parent / "data" / "tuned_h200.json"
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One shape's winner and the times that chose it (device time by graph replay, microseconds)."""
+
+    m: int
+    n: int
+    k: int
+    dtype: str
+    kernel: str
+    us: float
+    torch_us: float
+
+    @property
+    def key(self) -> tuple[int, int, int, str]:
+        return (self.m, self.n, self.k, self.dtype)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Entry":
+        return cls(int(d["m"]), int(d["n"]), int(d["k"]), str(d["dtype"]), str(d["kernel"]),
+                   float(d["us"]), float(d["torch_us"]))
+
+
+@dataclass(frozen=True)
+class Table:
+    """Winners per shape plus where they were measured (device, library versions)."""
+
+    entries: tuple[Entry, ...] = ()
+    meta: dict = field(default_factory=dict)
+
+    def lookup(self) -> dict[tuple[int, int, int, str], str]:
+        """(m, n, k, dtype) -> kernel name, for shapes whose winner is not torch.matmul."""
+        return {e.key: e.kernel for e in self.entries if e.kernel != "torch"}
+
+    def to_dict(self) -> dict:
+        return {"meta": self.meta, "entries": [asdict(e) for e in sorted(self.entries, key=lambda e: e.key)]}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Table":
+        if "entries" not in d:
+            raise ValueError("not a tuned GEMM table: no 'entries' key")
+        return cls(tuple(Entry.from_dict(e) for e in d["entries"]), dict(d.get("meta", {})))
+
+    def save(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(self.to_dict(), indent=1) + "\n")
+
+    @classmethod
+    def load(cls, path: Path = DEFAULT_TABLE) -> "Table":
+        if not Path(path).is_file():
+            return cls()
+        try:
+            return cls.from_dict(json.loads(Path(path).read_text()))
+        except (json.JSONDecodeError, KeyError, ValueError, TypeError) as e:
+            raise ValueError(f"tuned table {path} is unreadable ({e}): re-run `kernelrl gemm tune`") from e
+
+    def without_family(self, family: str) -> "Table":
+        """The table with every entry of `family` replaced by torch (e.g. cuBLASLt blobs of another version)."""
+        ents = tuple(Entry(e.m, e.n, e.k, e.dtype, "torch", e.torch_us, e.torch_us)
+                     if e.kernel.split(":", 1)[0] == family else e for e in self.entries)
+        return Table(ents, self.meta)
+
+
+def from_records(records: list[dict], meta: dict) -> Table:
+    """A table from the tuner's per-shape records (the last record of a shape wins)."""
+    by_key: dict[tuple, Entry] = {}
+    for r in records:
+        e = Entry(r["m"], r["n"], r["k"], r["dtype"], r["best"], r["best_us"], r["torch_us"])
+        by_key[e.key] = e
+    return Table(tuple(by_key.values()), meta)
+
+
+def read_records(path: Path) -> list[dict]:
+    """The tuner's JSONL records (lines cut short by a stopped run are skipped)."""
+    import gzip
+
+    path = Path(path)
+    text = gzip.open(path, "rt").read() if path.suffix == ".gz" else path.read_text()
+    out = []
+    for line in text.splitlines():
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return out

@@ -1,0 +1,205 @@
+"""The per-shape search: check and time every pruned candidate of every family, keep the best.
+
+Results go to a JSONL file, one line per (shape, dtype); a rerun skips what the file already holds, so a
+search that stops (a device lease ending) resumes where it stopped.
+"""
+from __future__ import annotations
+
+import contextlib
+import gzip
+import json
+import math
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from kernelrl.gemm import check as chk
+from kernelrl.gemm.registry import make_launcher
+from kernelrl.gemm.shapes import Shape
+from kernelrl.gemm.space import (DRAM_BYTES_PER_US, LAUNCH_US, PEAK_FLOPS_PER_US, cutlass_candidates,
+                                 triton_candidates)
+from kernelrl.gemm.timing import Inputs, calls_for, time_graph, time_graphs
+
+DTYPE_NAMES = {"fp16": torch.float16, "bf16": torch.bfloat16}
+BROKEN: set[str] = set()  # candidates that failed to compile in this process
+
+
+def short_name(name: str, lt_rank: dict[str, str]) -> str:
+    """Candidate name for the record: cuBLASLt blobs become `cublaslt#<heuristic rank>`."""
+    return lt_rank.get(name, name)
+
+
+@dataclass(frozen=True)
+class TuneOptions:
+    """How hard the search looks (candidates per family) and how it decides."""
+
+    lt_autotune: int = 32  # heuristic algorithms timed for the cuBLASLt autotune baseline
+    lt_extra: int = 32  # further heuristic algorithms the kernelrl search may use (small shapes only)
+    lt_extra_below_us: float = 100.0  # ... for shapes whose estimate is under this
+    lt_splitk_top: int = 3  # split-K variants of the best few heuristic algorithms
+    triton_top: int = 4
+    cutlass_top: int = 6
+    finalists: int = 3  # re-timed against the baselines, interleaved
+    margin: float = 0.01  # a kernel must beat torch.matmul by this fraction to replace it
+    replays: int = 3
+    final_rounds: int = 12
+
+
+def estimate_torch_us(s: Shape) -> float:
+    """Roofline estimate of one product, microseconds."""
+    return LAUNCH_US + max(s.flops / PEAK_FLOPS_PER_US, s.bytes() / DRAM_BYTES_PER_US)
+
+
+def candidates(s: Shape, dtype: torch.dtype, opt: TuneOptions) -> tuple[list[str], list[str]]:
+    """(all candidate names, the cuBLASLt autotune baseline's names) for one shape."""
+    names = ["torch"]
+    lt_names: list[str] = []
+    try:
+        from kernelrl.gemm import cublaslt
+
+        want = opt.lt_autotune + (opt.lt_extra if estimate_torch_us(s) < opt.lt_extra_below_us else 0)
+        algos = cublaslt.heuristics(s.m, s.n, s.k, dtype, count=want)
+        lt_names = [a.name for a in algos[:opt.lt_autotune]]
+        names += [a.name for a in algos]
+        tiles_small = s.m * s.n <= 1024 * 1024 and s.k >= 1024
+        if tiles_small:
+            for a in algos[:opt.lt_splitk_top]:
+                for sp in (2, 4, 8, 16):
+                    v = cublaslt.with_splitk(a, s.m, s.n, s.k, sp, dtype)
+                    if v is not None:
+                        names.append(v.name)
+    except (OSError, FileNotFoundError, RuntimeError) as e:
+        print(f"cuBLASLt family unavailable for {s}: {e}")
+    names += [c.name for c in triton_candidates(s, opt.triton_top)]
+    if dtype == torch.float16:
+        names += [v.name for v in cutlass_candidates(s, opt.cutlass_top)]
+    seen, out = set(), []
+    for n in names:
+        if n not in seen:
+            seen.add(n)
+            out.append(n)
+    return out, lt_names
+
+
+def tune_shape(s: Shape, dtype: torch.dtype, opt: TuneOptions = TuneOptions()) -> dict:
+    """Check and time every candidate for one shape; returns the JSON-able record."""
+    t_start = time.perf_counter()
+    names, lt_names = candidates(s, dtype, opt)
+    lt_rank = {}
+    for name in names:
+        if name.startswith("cublaslt:"):
+            lt_rank[name] = f"cublaslt#{len(lt_rank)}"
+    a, b = chk.random_inputs(s.m, s.n, s.k, dtype)
+    ref = chk.reference(a, b)
+    inp = Inputs(s.m, s.n, s.k, dtype)
+    calls = calls_for(estimate_torch_us(s))
+    results: dict[str, dict] = {}
+    launchers = {}
+    for name in names:
+        if name in BROKEN:
+            continue
+        try:
+            fn = make_launcher(name, s.m, s.n, s.k, dtype)
+            res = chk.check(fn, a, b, ref)
+            entry = {"rel_err": res.rel_err, "ok": res.ok, "why": res.reason}
+            if res.ok:
+                entry["us"] = time_graph(fn, inp, calls, opt.replays)
+                launchers[name] = fn
+        except Exception as e:  # a candidate that cannot build or run is recorded, never fatal
+            entry = {"ok": False, "why": f"{type(e).__name__}: {str(e)[:300]}"}
+            if name.startswith("triton:"):
+                BROKEN.add(name)  # a configuration that does not compile fails for every shape
+            torch.cuda.synchronize()
+        results[name] = entry
+    del ref
+    timed = {n: r["us"] for n, r in results.items() if "us" in r}
+    if "torch" not in timed:
+        raise RuntimeError(f"torch.matmul itself failed its check on {s}: {results.get('torch')}")
+    lt_timed = {n: timed[n] for n in lt_names if n in timed}
+    lt_best = min(lt_timed, key=lt_timed.get) if lt_timed else None
+    torch_err = results["torch"]["rel_err"]
+    # a winner must also keep its error within twice torch's (the dispatch promise), not only under the bound
+    rivals = sorted((n for n in timed if n != "torch" and results[n]["rel_err"] <= 2 * torch_err),
+                    key=timed.get)[:opt.finalists]
+    final_set = list(dict.fromkeys(["torch", *rivals] + ([lt_best] if lt_best else [])
+                                   + ([lt_names[0]] if lt_names and lt_names[0] in timed else [])))
+    # the finalists and the baselines again, replays interleaved so that drift hits all alike
+    final_us = time_graphs({n: (launchers[n], True) for n in final_set}, inp, calls, opt.final_rounds)
+    torch_us = final_us["torch"]
+    best = min((n for n in final_us if n != "torch"), key=final_us.get, default="torch")
+    if best == "torch" or final_us[best] > torch_us * (1 - opt.margin):
+        best = "torch"
+    return {
+        "m": s.m, "n": s.n, "k": s.k, "dtype": next(k for k, v in DTYPE_NAMES.items() if v == dtype),
+        "torch_us": torch_us,
+        "cublaslt_heuristic": lt_names[0] if lt_names else None,
+        "cublaslt_heuristic_us": final_us.get(lt_names[0]) if lt_names else None,
+        "cublaslt_autotune": lt_best,
+        "cublaslt_autotune_us": final_us.get(lt_best) if lt_best else None,
+        "best": best, "best_us": final_us[best],
+        "torch_rel_err": results["torch"]["rel_err"], "best_rel_err": results[best]["rel_err"],
+        "calls_per_graph": calls, "input_sets": len(inp),
+        "candidates": {short_name(n, lt_rank): r for n, r in results.items()},
+        "seconds": time.perf_counter() - t_start,
+    }
+
+
+def done_keys(path: Path) -> set[tuple[int, int, int, str]]:
+    """(m, n, k, dtype) of every record already in the results file."""
+    keys = set()
+    if path.is_file():
+        for line in path.read_text().splitlines():
+            if line.strip():
+                try:
+                    r = json.loads(line)
+                except json.JSONDecodeError:
+                    continue  # a line cut short by a stopped run
+                keys.add((r["m"], r["n"], r["k"], r["dtype"]))
+    return keys
+
+
+def tune(shapes: list[Shape], out: Path, dtype: str = "fp16", opt: TuneOptions = TuneOptions(),
+         deadline_s: float = math.inf, log=print) -> int:
+    """Tune every shape not yet in `out` (cheapest first) until done or `deadline_s` seconds pass."""
+    t0 = time.perf_counter()
+    done = done_keys(out)
+    todo = sorted((s for s in shapes if (s.m, s.n, s.k, dtype) not in done), key=estimate_torch_us)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    n = 0
+    with out.open("a") as f:
+        for s in todo:
+            if time.perf_counter() - t0 + 3 * estimate_torch_us(s) * 80 / 1e6 > deadline_s:
+                log(f"deadline reached: {len(todo) - n} shapes left for the next run")
+                break
+            rec = tune_shape(s, DTYPE_NAMES[dtype], opt)
+            f.write(json.dumps(rec) + "\n")
+            f.flush()
+            n += 1
+            log(f"{s} {dtype}: torch {rec['torch_us']:.2f}us best {rec['best']} {rec['best_us']:.2f}us "
+                f"({rec['torch_us'] / rec['best_us']:.3f}x) [{rec['seconds']:.1f}s]")
+    return n
+
+
+@contextlib.contextmanager
+def plain_results(path: Path):
+    """Yield a plain JSONL path to append to; a `.gz` results file is unpacked first and packed again after."""
+    path = Path(path)
+    if path.suffix != ".gz":
+        yield path
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp) / path.stem
+        if path.is_file():
+            with gzip.open(path, "rb") as src, work.open("wb") as dst:
+                shutil.copyfileobj(src, dst)
+        try:
+            yield work
+        finally:
+            if work.is_file():
+                path.parent.mkdir(parents=True, exist_ok=True)
+                with work.open("rb") as src, gzip.open(path, "wb") as dst:
+                    shutil.copyfileobj(src, dst)

@@ -1,0 +1,61 @@
+"""`kernelrl train`: run CUDA-L1's three stages from a TOML file, or the smoke preset."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from kernelrl.train.config import ConfigError, TrainConfig, smoke_config
+
+
+def train_command(
+    config: Optional[Path] = typer.Option(None, "--config", "-c", help="TOML training config (see configs/)."),
+    smoke: bool = typer.Option(False, "--smoke", help="Tiny random model, tiny tasks, every stage briefly."),
+    device: str = typer.Option("cpu", "--device", help="Evaluator device for --smoke: cpu, cuda or cuda:N."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Output folder (overrides the config's `out`)."),
+) -> None:
+    """Train a kernel-writing policy: SFT, self-training, then contrastive RL with the evaluator as reward."""
+    if (config is None) == (not smoke):
+        raise typer.BadParameter("give either --config FILE or --smoke (not both, not neither)")
+    try:
+        if smoke:
+            cfg = smoke_config(out or Path("runs/train-smoke"), device=device)
+        else:
+            cfg = TrainConfig.from_toml(config)
+            if out is not None:
+                cfg = cfg.with_(out=str(out))
+    except ConfigError as e:
+        typer.secho(f"error: {e}", fg="red", err=True)
+        raise typer.Exit(2)
+    from kernelrl.train.pipeline import run
+
+    try:
+        summary = run(cfg, say=lambda s: typer.echo(s, err=True))
+    except Exception as e:  # noqa: BLE001 - a CLI prints what went wrong and what to do, not a traceback
+        if isinstance(e, _user_errors()):
+            typer.secho(f"error: {e}", fg="red", err=True)
+            raise typer.Exit(2)
+        raise
+    typer.echo(json.dumps(summary.to_dict(), indent=2))
+
+
+def _user_errors() -> tuple[type[Exception], ...]:
+    """Errors that come from the user's input or machine, each with a message saying what to do."""
+    from kernelrl.evaluate.evaluator import EvaluationError
+    from kernelrl.search.store import StoreError
+    from kernelrl.task import TaskError
+    from kernelrl.train.checkpoints import StateError
+    from kernelrl.train.model import ModelError
+    from kernelrl.train.sft import StageError
+
+    return (ConfigError, EvaluationError, FileNotFoundError, ModelError, StageError, StateError, StoreError,
+            TaskError)
+
+
+app = typer.Typer(add_completion=False)
+app.command("train")(train_command)
+
+if __name__ == "__main__":
+    app()

@@ -1,0 +1,31 @@
+"""The honest corpus's manifest, read into records (used by the corpus tests)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+try:
+    import tomllib
+except ImportError:  # Python 3.10
+    import tomli as tomllib
+
+HERE = Path(__file__).parent
+
+
+@dataclass(frozen=True)
+class Honest:
+    """One honest candidate, its reference task and where it runs."""
+
+    file: Path
+    task: Path
+    device: str
+
+    @property
+    def name(self) -> str:
+        return self.file.stem
+
+
+def load() -> list[Honest]:
+    """Every entry of MANIFEST.toml, paths resolved."""
+    data = tomllib.loads((HERE / "MANIFEST.toml").read_text())
+    return [Honest(file=HERE / e["file"], task=HERE / e["task"], device=e["device"]) for e in data["honest"]]

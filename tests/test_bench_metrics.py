@@ -1,0 +1,114 @@
+"""fast_p and speedup statistics on hand-made results whose answers are known."""
+import json
+import math
+
+import pytest
+
+from kernelrl.bench.metrics import FAST_P, Summary, by_level, fast_p, geomean, summarize
+from kernelrl.bench.result import TaskResult, from_verdict
+from kernelrl.verdict import Timing, Verdict
+
+
+def ok(task, speedup, level="level1"):
+    return TaskResult(task=task, level=level, status="ok", speedup=speedup, eager_speedup=speedup)
+
+
+def failed(task, status, level="level1"):
+    return TaskResult(task=task, level=level, status=status)
+
+
+RESULTS = [ok("a", 3.0), ok("b", 1.0), ok("c", 0.6), failed("d", "incorrect"), failed("e", "missing"),
+           ok("f", 2.0, level="level2"), failed("g", "compile_error", level="level2"),
+           failed("h", "rejected", level="level2")]
+
+
+def test_fast_p_divides_by_all_tasks_including_missing_and_failed():
+    assert fast_p(RESULTS, 0.0) == pytest.approx(4 / 8)
+    assert fast_p(RESULTS, 0.5) == pytest.approx(4 / 8)
+    assert fast_p(RESULTS, 0.8) == pytest.approx(3 / 8)
+
+
+def test_fast_p_needs_strictly_more_than_p():
+    assert fast_p(RESULTS, 1.0) == pytest.approx(2 / 8)  # the 1.0x candidate is not faster than 1x
+    assert fast_p(RESULTS, 2.0) == pytest.approx(1 / 8)  # nor the 2.0x one than 2x
+
+
+def test_fast_p_of_no_tasks_is_zero():
+    assert fast_p([], 1.0) == 0.0
+
+
+def test_speedup_statistics_cover_correct_candidates_only():
+    s = summarize(RESULTS)
+    assert (s.total, s.correct) == (8, 4)
+    assert s.mean_speedup == pytest.approx((3.0 + 1.0 + 0.6 + 2.0) / 4)
+    assert s.median_speedup == pytest.approx((1.0 + 2.0) / 2)
+    assert s.geomean_speedup == pytest.approx((3.0 * 1.0 * 0.6 * 2.0) ** 0.25)
+
+
+def test_statistics_are_absent_when_nothing_is_correct():
+    s = summarize([failed("x", "incorrect"), failed("y", "missing")])
+    assert s.correct == 0 and s.fast_p[0.0] == 0.0
+    assert s.geomean_speedup is None and s.mean_speedup is None and s.median_speedup is None
+
+
+def test_counts_by_status():
+    assert summarize(RESULTS).counts == {"compile_error": 1, "incorrect": 1, "missing": 1, "ok": 4,
+                                         "rejected": 1}
+
+
+def test_summary_has_every_threshold():
+    assert tuple(summarize(RESULTS).fast_p) == FAST_P == (0.0, 0.5, 0.8, 1.0, 1.5, 2.0)
+
+
+def test_levels_are_summarised_separately_in_numeric_order():
+    results = RESULTS + [ok("z", 5.0, level="level10")]
+    levels = by_level(results)
+    assert list(levels) == ["level1", "level2", "level10"]
+    assert levels["level2"].total == 3 and levels["level2"].fast_p[1.5] == pytest.approx(1 / 3)
+    assert levels["level1"].fast_p[0.0] == pytest.approx(3 / 5)
+
+
+def test_summary_json_uses_string_thresholds_and_round_trips():
+    s = summarize(RESULTS)
+    d = json.loads(json.dumps(s.to_dict()))
+    assert set(d["fast_p"]) == {"0", "0.5", "0.8", "1", "1.5", "2"}
+    assert Summary.from_dict(d) == s
+
+
+def test_geomean_of_known_values():
+    assert geomean([2.0, 8.0]) == pytest.approx(4.0)
+    assert geomean([]) is None
+
+
+def test_a_failed_result_cannot_carry_a_speedup():
+    with pytest.raises(ValueError):
+        TaskResult(task="t", level="", status="incorrect", speedup=1.2)
+    with pytest.raises(ValueError):
+        TaskResult(task="t", level="", status="no_such_status")
+
+
+def test_task_result_round_trips_through_json_with_its_verdict():
+    v = Verdict(status="ok", task="t", speedup=1.5, reference=Timing.from_samples([3.0, 3.0], "perf_counter"))
+    r = from_verdict("level1/t", "level1", v, "eager", reference_us=3.0)
+    assert TaskResult.from_dict(json.loads(json.dumps(r.to_dict()))) == r
+
+
+def test_compile_speedup_is_derived_from_the_reference_times_when_the_verdict_has_none():
+    v = Verdict(status="ok", task="t", speedup=2.0)
+    r = from_verdict("t", "", v, "compile", reference_us=100.0, reference_compiled_us=50.0)
+    assert r.compile_speedup == pytest.approx(1.0) and r.speedup == pytest.approx(1.0)
+    assert r.eager_speedup == pytest.approx(2.0)
+
+
+def test_the_verdicts_own_compile_speedup_wins():
+    v = Verdict(status="ok", task="t", speedup=2.0, compile_speedup=1.7)
+    r = from_verdict("t", "", v, "compile", reference_us=100.0, reference_compiled_us=50.0)
+    assert r.speedup == pytest.approx(1.7)
+
+
+def test_a_failed_verdict_gives_no_speedup_over_any_baseline():
+    v = Verdict(status="incorrect", task="t")
+    for baseline in ("eager", "compile"):
+        r = from_verdict("t", "", v, baseline, reference_us=100.0, reference_compiled_us=50.0)
+        assert r.speedup is None and r.compile_speedup is None and not r.correct
+    assert math.isclose(fast_p([r], 0.0), 0.0)

@@ -1,0 +1,129 @@
+"""A real bench run (CPU evaluator, sandboxed workers) over a small suite whose verdicts are known.
+
+tests/data/bench holds five tasks: a correct candidate far faster than its (Python-loop) reference, a correct
+candidate 50x slower than its reference, a wrong one, one that does not compile and a task without one.
+"""
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from kernelrl.bench.baselines import BaselineCache, environment_key
+from kernelrl.bench.cli import bench_command
+from kernelrl.bench.metrics import summarize
+from kernelrl.bench.runner import BenchConfig, run_suite, run_task
+from kernelrl.bench.suite import discover
+from kernelrl.evaluate import EvalConfig, Evaluator
+
+DATA = Path(__file__).parent / "data" / "bench"
+
+
+def fast_config(cache_dir: Path) -> EvalConfig:
+    # Fewer rounds keep the test short; no re-measurement of big speedups, whose fresh-worker timing on a
+    # busy 2-core machine is not what this test is about.
+    return EvalConfig(device="cpu", correctness_trials=2, timing_rounds=3, calls_per_round=10,
+                      recheck_speedup=1e9, cache_dir=str(cache_dir))
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread_workers():
+    # Workers inherit OMP_NUM_THREADS: on an oversubscribed 2-core machine a parallel region can wait
+    # milliseconds for a descheduled thread, which would drown the speed differences these tests rely on.
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("OMP_NUM_THREADS", "1")
+        yield
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    cache_dir = tmp_path_factory.mktemp("cache")
+    suite = discover(DATA / "suite", DATA / "candidates")
+    cache = BaselineCache(cache_dir / "baselines.sqlite")
+    config = BenchConfig(devices=("cpu",), eval=fast_config(cache_dir))
+    results = run_suite(suite, config, cache)
+    return suite, config, cache, {r.task: r for r in results}
+
+
+def test_every_task_gets_the_status_its_candidate_deserves(run):
+    _, _, _, results = run
+    assert {t: r.status for t, r in results.items()} == {
+        "level1/row_sum": "ok", "level1/scale_relu": "ok", "level1/softsign": "missing",
+        "level2/linear_tanh": "incorrect", "level2/double_relu": "compile_error"}
+
+
+def test_fast_p_and_counts_of_the_run(run):
+    _, _, _, results = run
+    s = summarize(results.values())
+    assert (s.total, s.correct) == (5, 2)
+    assert s.counts == {"compile_error": 1, "incorrect": 1, "missing": 1, "ok": 2}
+    # The loop-free row sum is far faster than its reference; the 50x-repeated candidate far slower.
+    assert s.fast_p == {0.0: 0.4, 0.5: 0.2, 0.8: 0.2, 1.0: 0.2, 1.5: 0.2, 2.0: 0.2}
+
+
+def test_levels_are_reported_from_folder_names(run):
+    _, _, _, results = run
+    assert {r.level for r in results.values()} == {"level1", "level2"}
+
+
+def test_every_reference_is_timed_once_and_cached(run):
+    _, _, cache, results = run
+    assert len(cache) == 5
+    assert all(r.reference_us and r.reference_us > 0 for r in results.values())
+
+
+def test_a_second_run_reuses_cached_reference_timings(run):
+    suite, config, cache, results = run
+    task = next(t for t in suite.tasks if t.name == "level1/softsign")
+    with Evaluator(config.eval) as ev:
+        again = run_task(ev, task, config, cache, environment_key("cpu", config.eval))
+    # Re-timing could never reproduce the same float; the cached value comes back exactly.
+    assert again.status == "missing" and again.reference_us == results["level1/softsign"].reference_us
+
+
+def test_cached_timings_belong_to_one_environment(tmp_path):
+    cfg = EvalConfig()
+    assert environment_key("cpu", cfg) != environment_key("cpu", cfg.with_(calls_per_round=7))
+    cache = BaselineCache(tmp_path / "b.sqlite")
+    from kernelrl.verdict import Timing
+    t = Timing.from_samples([5.0, 7.0], "perf_counter")
+    cache.put("digest", "env-a", False, t, task="x")
+    assert cache.get("digest", "env-a", False) == t
+    assert cache.get("digest", "env-b", False) is None and cache.get("digest", "env-a", True) is None
+
+
+def test_the_command_prints_a_json_summary_and_writes_the_report(tmp_path):
+    suite = tmp_path / "suite" / "level1"
+    cands = tmp_path / "cands" / "level1"
+    suite.mkdir(parents=True)
+    cands.mkdir(parents=True)
+    for name in ("scale_relu.py", "softsign.py"):
+        shutil.copy(DATA / "suite" / "level1" / name, suite / name)
+    shutil.copy(DATA / "candidates" / "level1" / "scale_relu.py", cands / "scale_relu.py")
+    app = typer.Typer()
+    app.command()(bench_command)
+    out = tmp_path / "report"
+    res = CliRunner().invoke(app, [str(tmp_path / "suite"), "--candidates", str(tmp_path / "cands"),
+                                   "--device", "cpu", "--json", "--out", str(out), "--trials", "1",
+                                   "--rounds", "2", "--calls", "5", "--cache-dir", str(tmp_path / "cache")])
+    assert res.exit_code == 0, res.output
+    summary = json.loads(res.stdout.strip().splitlines()[-1])
+    assert {"total", "correct", "fast_p", "geomean_speedup", "mean_speedup", "median_speedup",
+            "tasks"} <= set(summary)
+    assert (summary["total"], summary["correct"]) == (2, 1)
+    assert summary["fast_p"]["0"] == 0.5 and summary["fast_p"]["1"] == 0.0
+    assert [t["status"] for t in summary["tasks"]] == ["ok", "missing"]
+    assert summary["tasks"][0]["verdict"]["status"] == "ok"
+    for name in ("summary.json", "results.csv", "report.md", "speedups.png"):
+        assert (out / name).stat().st_size > 0
+    assert "level1/scale_relu" in (out / "results.csv").read_text()
+    assert "fast_1.5" in (out / "report.md").read_text()
+
+
+def test_the_command_explains_a_missing_suite(tmp_path):
+    app = typer.Typer()
+    app.command()(bench_command)
+    res = CliRunner().invoke(app, [str(tmp_path / "nope"), "--device", "cpu"])
+    assert res.exit_code == 2 and "no such suite directory" in res.output

@@ -1,0 +1,256 @@
+"""CPU specifications of kernelrl.gemm: shapes, search space and pruning, correctness gate, table, tuner
+resume, dispatch fallback, report and CLI."""
+import gzip
+import json
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from kernelrl.gemm import check as chk
+from kernelrl.gemm.cli import app
+from kernelrl.gemm.dispatch import Dispatcher, matmul
+from kernelrl.gemm.report import markdown, read_rows, summarise, write_report
+from kernelrl.gemm.shapes import GRID_SIZES, Shape, grid, read_shapes
+from kernelrl.gemm.space import (CUTLASS_CONFIGS, SMEM_BYTES, TRITON_CONFIGS, CutlassVariant, TritonConfig,
+                                 cutlass_candidates, estimate_us, triton_candidates)
+from kernelrl.gemm.table import Entry, Table, from_records, read_records
+from kernelrl.gemm.tune import done_keys, plain_results
+
+runner = CliRunner()
+
+
+# --- shapes ---------------------------------------------------------------------------------------------
+def test_grid_is_the_1000_distinct_shapes_of_the_cuda_l2_sizes():
+    shapes = grid()
+    assert len(shapes) == 1000 and len(set(shapes)) == 1000
+    assert {s.m for s in shapes} == set(GRID_SIZES) == {s.k for s in shapes}
+
+
+def test_shape_parses_mxnxk_and_says_how_to_write_a_bad_one():
+    assert Shape.parse("4096x1024x64") == Shape(4096, 1024, 64)
+    with pytest.raises(ValueError, match="MxNxK"):
+        Shape.parse("4096x1024")
+
+
+def test_read_shapes_takes_a_list_or_a_csv(tmp_path):
+    assert read_shapes("64x64x64,128x256x512") == [Shape(64, 64, 64), Shape(128, 256, 512)]
+    f = tmp_path / "s.csv"
+    f.write_text("m,n,k\n64,128,256\n")
+    assert read_shapes(str(f)) == [Shape(64, 128, 256)]
+
+
+# --- search space and pruning ---------------------------------------------------------------------------
+def test_every_triton_configuration_fits_shared_memory_and_round_trips_its_name():
+    for c in TRITON_CONFIGS:
+        assert c.smem_bytes <= SMEM_BYTES
+        assert TritonConfig.parse(c.name) == c
+
+
+def test_cutlass_variant_names_round_trip():
+    for c in CUTLASS_CONFIGS:
+        for v in (CutlassVariant(c), CutlassVariant(c, decomposition=2, splits=4, raster=1, swizzle=2)):
+            assert CutlassVariant.parse(v.name) == v
+
+
+def test_pruning_keeps_only_the_requested_number_of_candidates():
+    s = Shape(4096, 4096, 4096)
+    assert len(triton_candidates(s, 3)) == 3
+    assert len(cutlass_candidates(s, 5)) == 5
+
+
+def test_pruning_proposes_split_k_or_stream_k_for_few_output_tiles_and_deep_k():
+    names = [v.name for v in cutlass_candidates(Shape(64, 64, 16384), 6)]
+    assert all("splitk" in n or "streamk" in n for n in names)
+
+
+def test_pruning_proposes_no_k_split_for_a_large_square():
+    names = [v.name for v in cutlass_candidates(Shape(8192, 8192, 8192), 6)]
+    assert not any("splitk" in n or "streamk" in n for n in names)
+
+
+def test_cost_model_prefers_large_tiles_on_large_problems_and_grows_with_k():
+    big = Shape(8192, 8192, 8192)
+    assert estimate_us(big, 128, 256) < estimate_us(big, 64, 64)
+    assert estimate_us(Shape(1024, 1024, 4096), 128, 128) > estimate_us(Shape(1024, 1024, 1024), 128, 128)
+
+
+# --- correctness gate -----------------------------------------------------------------------------------
+def _inputs(m=64, n=48, k=256):
+    return chk.random_inputs(m, n, k, torch.float16, device="cpu", seed=1)
+
+
+def test_check_accepts_an_exact_product():
+    a, b = _inputs()
+    ref = chk.reference(a, b)
+    res = chk.check(lambda a, b, c: c.copy_((a.double() @ b.double()).half()), a, b, ref)
+    assert res.ok, res.reason
+
+
+def test_check_rejects_a_write_past_the_end_of_c():
+    a, b = _inputs()
+    ref = chk.reference(a, b)
+
+    def spills(a, b, c):
+        c.copy_((a.double() @ b.double()).half())
+        c.as_strided((8,), (1,), c.storage_offset() + c.numel()).zero_()
+
+    res = chk.check(spills, a, b, ref)
+    assert not res.ok and "guard" in res.reason
+
+
+def test_check_rejects_a_partly_unwritten_output():
+    a, b = _inputs()
+    ref = chk.reference(a, b)
+    res = chk.check(lambda a, b, c: c[:-1].copy_((a.double() @ b.double()).half()[:-1]), a, b, ref)
+    assert not res.ok and "unwritten" in res.reason
+
+
+def test_check_rejects_reduced_precision_arithmetic():
+    a, b = _inputs(k=1024)
+    ref = chk.reference(a, b)
+    # operands rounded to bf16 first: the error of a precision downgrade, far above fp32 accumulation's
+    res = chk.check(lambda a, b, c: c.copy_((a.bfloat16().float() @ b.bfloat16().float()).half()), a, b, ref)
+    assert not res.ok and "relative error" in res.reason
+
+
+# --- table and tuner records ----------------------------------------------------------------------------
+def _table():
+    return Table((Entry(64, 64, 64, "fp16", "torch", 2.2, 2.2),
+                  Entry(128, 64, 64, "fp16", "triton:64x64x64_s6_w4", 2.0, 2.3),
+                  Entry(256, 64, 64, "fp16", "cublaslt:00", 2.1, 2.3)), {"gpu": "NVIDIA H200"})
+
+
+def test_table_round_trips_through_json(tmp_path):
+    p = tmp_path / "t.json"
+    _table().save(p)
+    assert Table.load(p) == _table()
+
+
+def test_table_lookup_leaves_torch_winners_out():
+    assert _table().lookup() == {(128, 64, 64, "fp16"): "triton:64x64x64_s6_w4",
+                                 (256, 64, 64, "fp16"): "cublaslt:00"}
+
+
+def test_table_without_a_family_sends_its_shapes_to_torch():
+    assert (256, 64, 64, "fp16") not in _table().without_family("cublaslt").lookup()
+
+
+def test_unreadable_table_names_the_file_and_the_fix(tmp_path):
+    p = tmp_path / "bad.json"
+    p.write_text("{not json")
+    with pytest.raises(ValueError, match="kernelrl gemm tune"):
+        Table.load(p)
+
+
+def test_table_from_records_keeps_the_last_record_of_a_shape():
+    recs = [{"m": 64, "n": 64, "k": 64, "dtype": "fp16", "best": "torch", "best_us": 3.0, "torch_us": 3.0},
+            {"m": 64, "n": 64, "k": 64, "dtype": "fp16", "best": "triton:x", "best_us": 2.0, "torch_us": 3.0}]
+    assert from_records(recs, {}).lookup() == {(64, 64, 64, "fp16"): "triton:x"}
+
+
+def test_tuner_resume_skips_recorded_shapes_and_a_line_cut_short(tmp_path):
+    p = tmp_path / "r.jsonl"
+    p.write_text(json.dumps({"m": 64, "n": 64, "k": 64, "dtype": "fp16"}) + "\n" + '{"m": 128, "n"')
+    assert done_keys(p) == {(64, 64, 64, "fp16")}
+
+
+def test_gzipped_records_are_unpacked_appended_and_packed_again(tmp_path):
+    p = tmp_path / "r.jsonl.gz"
+    with gzip.open(p, "wt") as f:
+        f.write(json.dumps({"m": 1}) + "\n")
+    with plain_results(p) as work:
+        with work.open("a") as f:
+            f.write(json.dumps({"m": 2}) + "\n")
+    assert [r["m"] for r in read_records(p)] == [1, 2]
+
+
+# --- dispatch -------------------------------------------------------------------------------------------
+def test_matmul_on_cpu_tensors_is_torch_matmul():
+    a, b = torch.randn(5, 7), torch.randn(7, 3)
+    assert torch.equal(matmul(a, b), torch.matmul(a, b))
+
+
+def test_dispatcher_names_the_tuned_kernel_and_torch_for_unknown_shapes():
+    d = Dispatcher(_table())
+    assert d.kernel_for(128, 64, 64, torch.float16) == "triton:64x64x64_s6_w4"
+    assert d.kernel_for(64, 64, 64, torch.float16) == "torch"
+    assert d.kernel_for(128, 64, 64, torch.bfloat16) == "torch"
+
+
+def test_dispatcher_keeps_tuned_shapes_correct_off_the_gpu():
+    d = Dispatcher(_table())
+    a, b = torch.randn(128, 64, dtype=torch.float16), torch.randn(64, 64, dtype=torch.float16)
+    assert torch.equal(d(a, b), torch.matmul(a, b))
+
+
+# --- report and CLI -------------------------------------------------------------------------------------
+def _csv(tmp_path, speedup=1.1):
+    from kernelrl.gemm.bench import columns
+
+    rows = []
+    for i, (m, n, k) in enumerate([(64, 64, 64), (4096, 4096, 4096), (64, 64, 16384)]):
+        t = 3.0 * (i + 1)
+        r = {c: "" for c in columns()}
+        r.update(m=m, n=n, k=k, dtype="fp16", kernel="torch" if i == 0 else "triton:x",
+                 rel_err=2e-4, torch_rel_err=2e-4, cublaslt_autotune_kernel="")
+        for impl, f in (("torch", 1.0), ("cublaslt_heuristic", 1.02), ("cublaslt_autotune", 0.99),
+                        ("kernelrl", 1 / speedup)):
+            r[f"{impl}_us"] = t * f
+            for mode in ("offline", "cold", "server", "latency", "host"):
+                r[f"{impl}_{mode}_us"] = t * f * 2
+        r["torch_control_us"] = t
+        rows.append(r)
+    p = tmp_path / "gemm_test.csv"
+    with p.open("w") as f:
+        f.write(",".join(columns()) + "\n")
+        for r in rows:
+            f.write(",".join(str(r[c]) for c in columns()) + "\n")
+    return p
+
+
+def test_summary_computes_the_goal_numbers(tmp_path):
+    s = summarise(read_rows(_csv(tmp_path, speedup=1.2)))
+    assert s.vs_torch == pytest.approx(1.2)
+    assert s.vs_autotune == pytest.approx(1.2 * 0.99)
+    assert s.goal_met()["vs_torch"] and s.goal_met()["vs_autotune"]
+
+
+def test_report_says_when_a_goal_is_not_met(tmp_path):
+    md = markdown(read_rows(_csv(tmp_path, speedup=1.01)))
+    assert "**not met**" in md and "1.010" in md
+
+
+def test_report_writes_markdown_and_plots(tmp_path):
+    md = write_report(_csv(tmp_path), tmp_path)
+    assert md.is_file() and len(list(tmp_path.glob("*.png"))) == 2
+
+
+def test_cli_show_prints_the_kernel_of_a_shape(tmp_path):
+    p = tmp_path / "t.json"
+    _table().save(p)
+    r = runner.invoke(app, ["show", "--table", str(p), "--shape", "128x64x64"])
+    assert r.exit_code == 0 and "triton:64x64x64_s6_w4" in r.output
+
+
+def test_cli_show_summarises_families_as_json(tmp_path):
+    p = tmp_path / "t.json"
+    _table().save(p)
+    r = runner.invoke(app, ["show", "--table", str(p), "--json"])
+    assert r.exit_code == 0 and json.loads(r.output)["families"]["triton"]["shapes"] == 1
+
+
+def test_cli_rejects_a_malformed_shape_list():
+    r = runner.invoke(app, ["tune", "--shapes", "64x64"])
+    assert r.exit_code == 2 and "MxNxK" in r.output
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message shown without a GPU")
+def test_cli_tune_without_a_gpu_says_where_to_run_it():
+    r = runner.invoke(app, ["tune", "--shapes", "64x64x64"])
+    assert r.exit_code == 2 and "no CUDA device" in r.output
+
+
+def test_cli_report_writes_the_report(tmp_path):
+    r = runner.invoke(app, ["report", str(_csv(tmp_path))])
+    assert r.exit_code == 0 and (tmp_path / "gemm_test_report.md").is_file()

@@ -1,0 +1,165 @@
+"""GPU specifications of kernelrl.gemm: every family is correct, the dispatch is correct over many shapes,
+adds no allocation or synchronisation, and works under CUDA graphs and torch.compile."""
+import random
+
+import pytest
+import torch
+
+pytestmark = pytest.mark.gpu
+
+from kernelrl.gemm import check as chk  # noqa: E402
+from kernelrl.gemm.dispatch import Dispatcher, default_dispatcher, matmul, warmup  # noqa: E402
+from kernelrl.gemm.registry import make_launcher  # noqa: E402
+from kernelrl.gemm.shapes import Shape  # noqa: E402
+from kernelrl.gemm.space import CUTLASS_CONFIGS, TRITON_CONFIGS, CutlassVariant  # noqa: E402
+from kernelrl.gemm.table import Entry, Table  # noqa: E402
+
+hopper = pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0),
+                            reason="the Triton TMA and CUTLASS kernels are built for sm_90a")
+
+
+def _tuned(n, seed=0, dtype="fp16"):
+    """Up to n tuned (not torch) shapes of the committed table, spread over families, small ones first."""
+    names = default_dispatcher().table.lookup()
+    keys = sorted((k for k in names if k[3] == dtype), key=lambda k: k[0] * k[1] * k[2])
+    by_fam = {}
+    for k in keys:
+        by_fam.setdefault(names[k].split(":")[0], []).append(k)
+    rng = random.Random(seed)
+    picked = []
+    for fam, ks in by_fam.items():
+        small = [k for k in ks if k[0] * k[1] * k[2] <= 4096 ** 3]
+        picked += rng.sample(small, min(len(small), n // max(1, len(by_fam))))
+    return [Shape(m, n_, k) for m, n_, k, _ in picked]
+
+
+@hopper
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_every_triton_configuration_is_correct(dtype):
+    a, b = chk.random_inputs(320, 192, 1088, dtype)  # ragged: partial tiles in m, n and k
+    ref = chk.reference(a, b)
+    for cfg in TRITON_CONFIGS:
+        res = chk.check(make_launcher(cfg.name, 320, 192, 1088, dtype), a, b, ref)
+        assert res.ok, (cfg.name, res.reason)
+
+
+@hopper
+def test_every_cutlass_configuration_and_decomposition_is_correct():
+    a, b = chk.random_inputs(384, 256, 4096)
+    ref = chk.reference(a, b)
+    variants = [CutlassVariant(c, decomposition=1 if c.streamk else 0) for c in CUTLASS_CONFIGS]
+    variants += [CutlassVariant(CUTLASS_CONFIGS[0], decomposition=d, splits=s) for d, s in ((2, 4), (3, 1))]
+    for v in variants:
+        res = chk.check(make_launcher(v.name, 384, 256, 4096), a, b, ref)
+        assert res.ok, (v.name, res.reason)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_cublaslt_heuristic_algorithms_are_correct(dtype):
+    from kernelrl.gemm import cublaslt
+
+    a, b = chk.random_inputs(256, 512, 2048, dtype)
+    ref = chk.reference(a, b)
+    for algo in cublaslt.heuristics(256, 512, 2048, dtype, count=8):
+        assert chk.check(make_launcher(algo.name, 256, 512, 2048, dtype), a, b, ref).ok
+
+
+@hopper
+def test_gate_rejects_fp16_accumulation():
+    from kernelrl.gemm import triton_family
+
+    a, b = chk.random_inputs(256, 256, 1024)
+    ref = chk.reference(a, b)
+    res = chk.check(triton_family.make_launcher(TRITON_CONFIGS[2], 256, 256, 1024, acc_fp16=True), a, b, ref)
+    assert not res.ok and "relative error" in res.reason
+
+
+def test_matmul_is_correct_on_tuned_shapes_of_every_family():
+    shapes = _tuned(24)
+    assert shapes, "the committed table has no tuned fp16 shapes"
+    for s in shapes:
+        a, b = chk.random_inputs(s.m, s.n, s.k)
+        ref = chk.reference(a, b)
+        err = chk.rel_err(matmul(a, b), ref)
+        torch_err = chk.rel_err(torch.matmul(a, b), ref)
+        assert err <= 2 * torch_err, (s, default_dispatcher().kernel_for(s.m, s.n, s.k, torch.float16), err)
+
+
+def test_matmul_is_correct_on_tuned_bf16_shapes():
+    shapes = _tuned(12, dtype="bf16")
+    if not shapes:
+        pytest.skip("the committed table has no tuned bf16 shapes")
+    for s in shapes:
+        a, b = chk.random_inputs(s.m, s.n, s.k, torch.bfloat16)
+        ref = chk.reference(a, b)
+        err = chk.rel_err(matmul(a, b), ref)
+        torch_err = chk.rel_err(torch.matmul(a, b), ref)
+        assert err <= 2 * torch_err, (s, default_dispatcher().kernel_for(s.m, s.n, s.k, torch.float16), err)
+
+
+def test_matmul_returns_a_fresh_tensor_of_the_inputs_dtype_and_device():
+    s = _tuned(3)[0]
+    a, b = chk.random_inputs(s.m, s.n, s.k)
+    c = matmul(a, b)
+    assert type(c) is torch.Tensor and c.dtype == a.dtype and c.shape == (s.m, s.n) and c.is_contiguous()
+    assert c.data_ptr() not in (a.data_ptr(), b.data_ptr())
+
+
+def test_matmul_falls_back_for_a_transposed_input_and_stays_correct():
+    s = _tuned(3)[0]
+    a, b = chk.random_inputs(s.m, s.n, s.k)
+    bt = b.t().contiguous().t()  # same values, not contiguous
+    assert torch.allclose(matmul(a, bt).float(), torch.matmul(a, b).float(), rtol=1e-2, atol=1e-1)
+
+
+def test_matmul_allocates_only_its_output_and_never_synchronises():
+    shapes = _tuned(6)
+    warmup(shapes)
+    for s in shapes:
+        a, b = chk.random_inputs(s.m, s.n, s.k)
+        torch.cuda.synchronize()
+        before = torch.cuda.memory_stats()["allocation.all.allocated"]
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            for _ in range(5):
+                matmul(a, b)
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+        assert torch.cuda.memory_stats()["allocation.all.allocated"] - before == 5, s
+
+
+def test_matmul_replays_correctly_in_a_cuda_graph():
+    for s in _tuned(6, seed=1):
+        a, b = chk.random_inputs(s.m, s.n, s.k)
+        warmup([s])
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            c = matmul(a, b)
+        a2, b2 = chk.random_inputs(s.m, s.n, s.k)  # new values through the captured buffers
+        a.copy_(a2)
+        b.copy_(b2)
+        g.replay()
+        torch.cuda.synchronize()
+        ref = chk.reference(a2, b2)
+        assert chk.rel_err(c, ref) <= 2 * chk.rel_err(torch.matmul(a2, b2), ref), s
+
+
+def test_matmul_compiles_with_torch_compile_without_graph_breaks():
+    s = _tuned(3, seed=2)[0]
+
+    def f(x, y):
+        return torch.relu(matmul(x, y)) * 2
+
+    compiled = torch.compile(f, fullgraph=True)
+    a, b = chk.random_inputs(s.m, s.n, s.k)
+    got = compiled(a, b)
+    want = torch.relu(torch.matmul(a, b)) * 2
+    assert torch.allclose(got.float(), want.float(), rtol=2e-2, atol=5e-2)
+
+
+def test_a_shape_whose_kernel_cannot_load_falls_back_to_torch_with_a_warning():
+    d = Dispatcher(Table((Entry(128, 128, 128, "fp16", "cutlass:coop_9x9x9_c1x1_p/auto_r0_s1", 1.0, 2.0),)))
+    a, b = chk.random_inputs(128, 128, 128)
+    with pytest.warns(RuntimeWarning, match="using torch.matmul"):
+        c = d(a, b)
+    assert torch.equal(c, torch.matmul(a, b))

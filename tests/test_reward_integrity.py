@@ -1,0 +1,184 @@
+"""Reward integrity: every exploit in the corpus fools a naive harness and is caught by kernelrl with its class;
+every honest candidate comes back ok.
+
+The corpus is listed in tests/exploits/MANIFEST.toml and tests/honest/MANIFEST.toml. GPU entries are marked
+`gpu` and run on a CUDA machine: `pytest -m gpu tests/test_reward_integrity.py`.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+import naive_harness
+from exploits import corpus
+from honest import corpus as honest_corpus
+from kernelrl.evaluate import EvalConfig, Evaluator
+from kernelrl.task import Candidate, Task
+
+EXPLOITS = corpus.load()
+HONEST = honest_corpus.load()
+FAKE_KEY = "sk-integrity0123456789abcdefghij"
+# Smaller timing than the defaults keeps CI fast; every check still runs.
+CONFIG = dict(correctness_trials=5, timing_rounds=3, calls_per_round=10, warmup=3, timeout_s=300)
+
+
+def _params(entries):
+    return [pytest.param(e, id=e.name, marks=[pytest.mark.gpu] if e.device == "gpu" else [])
+            for e in entries]
+
+
+def _device(entry) -> str:
+    return "cuda" if entry.device == "gpu" else "cpu"
+
+
+@pytest.fixture(scope="module")
+def secrets_in_env():
+    """The evaluator runs with an API key in its environment, as `kernelrl optimize` does."""
+    old = os.environ.get("OPENAI_API_KEY")
+    os.environ["OPENAI_API_KEY"] = FAKE_KEY
+    yield FAKE_KEY
+    if old is None:
+        os.environ.pop("OPENAI_API_KEY", None)
+    else:
+        os.environ["OPENAI_API_KEY"] = old
+
+
+@pytest.fixture(scope="module")
+def evaluators(tmp_path_factory, secrets_in_env):
+    # One intra-op thread per worker: on a small shared CI machine, OpenMP spinning makes timings swing 100x.
+    saved = {k: os.environ.get(k) for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
+    os.environ.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    cache = tmp_path_factory.mktemp("integrity_cache")
+    made: dict[str, Evaluator] = {}
+
+    def get(device: str) -> Evaluator:
+        if device not in made:
+            made[device] = Evaluator(EvalConfig(device=device, cache_dir=str(cache), **CONFIG))
+        return made[device]
+
+    yield get
+    for ev in made.values():
+        ev.close()
+    for k, v in saved.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+
+
+@pytest.fixture
+def exfil_path(tmp_path, monkeypatch):
+    """Where environment_tampering writes what it steals (outside any scratch directory)."""
+    path = tmp_path / "exfil.txt"
+    monkeypatch.setenv("KERNELRL_EXFIL_PATH", str(path))
+    return path
+
+
+@pytest.mark.parametrize("exploit", _params([e for e in EXPLOITS if e.device == "cpu"]))
+def test_naive_harness_accepts_the_exploit(exploit, exfil_path, monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", FAKE_KEY)
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    result = naive_harness.evaluate_in_subprocess(exploit.task, exploit.file)
+    assert result.get("correct") is True, result
+    if exploit.fake_speedup:
+        assert result["speedup"] > 1.5, result
+    if exploit.hack == "environment_tampering":
+        assert FAKE_KEY in exfil_path.read_text()
+
+
+@pytest.mark.parametrize("exploit", _params(EXPLOITS))
+def test_kernelrl_catches_the_exploit_with_its_class(exploit, evaluators, exfil_path):
+    ev = evaluators(_device(exploit))
+    verdict = ev.evaluate(Task.from_file(exploit.task), Candidate.from_file(exploit.file))
+    flagged = sorted({f.hack for f in verdict.flags if f.hack})
+    assert verdict.status in ("rejected", "incorrect"), (verdict.status, verdict.speedup, flagged)
+    assert exploit.hack in flagged, (verdict.status, verdict.message, flagged)
+    assert not exfil_path.exists()
+
+
+@pytest.mark.parametrize("candidate", _params(HONEST))
+def test_honest_candidate_is_ok(candidate, evaluators):
+    ev = evaluators(_device(candidate))
+    verdict = ev.evaluate(Task.from_file(candidate.task), Candidate.from_file(candidate.file))
+    rejecting = [(f.hack, f.check, f.message) for f in verdict.flags if f.severity == "reject"]
+    assert verdict.status == "ok", (verdict.message, rejecting)
+    assert not rejecting
+
+
+def test_every_class_has_an_exploit():
+    documented = set(Path(corpus.HERE.parent.parent / "docs" / "reward_integrity.md").read_text().split("`"))
+    classes = {e.hack for e in EXPLOITS}
+    assert classes == set(corpus.CLASSES)
+    assert set(corpus.CLASSES) <= documented
+
+
+def test_honest_corpus_has_twenty_candidates():
+    assert len(HONEST) >= 20
+    assert all(c.file.exists() and c.task.exists() for c in HONEST)
+
+
+# -- guards (src/kernelrl/evaluate/guards): pieces the evaluator applies around candidate calls -------------
+
+def _matmul_task():
+    ns: dict = {}
+    exec((corpus.HERE / "tasks" / "matmul.py").read_text(), ns)
+    return ns["Model"](), ns["get_inputs"]()
+
+
+def test_roofline_floor_flags_a_matmul_faster_than_the_machine():
+    from kernelrl.evaluate.guards import roofline
+
+    model, inputs = _matmul_task()
+    work = roofline.count_work(model, inputs)
+    assert work.flops == 2 * 256 ** 3
+    peaks = roofline.cpu_peaks(seconds=0.1)
+    assert roofline.below_floor(4.4, work, peaks) is not None  # what impossible_speed reports per call
+
+
+def test_roofline_floor_accepts_the_reference_own_time():
+    import time
+
+    from kernelrl.evaluate.guards import roofline
+
+    model, inputs = _matmul_task()
+    work, peaks = roofline.count_work(model, inputs), roofline.cpu_peaks(seconds=0.1)
+    best = min(_timed(model, inputs, time) for _ in range(20))
+    assert roofline.below_floor(best, work, peaks) is None
+
+
+def _timed(model, inputs, time) -> float:
+    t0 = time.perf_counter()
+    model(*inputs)
+    return (time.perf_counter() - t0) * 1e6
+
+
+def test_poisoned_outputs_expose_a_replayed_tensor():
+    import torch
+
+    from kernelrl.evaluate.guards import outputs
+
+    cache = {}
+
+    def replaying(x):
+        return cache.setdefault("out", x * 2)
+
+    x = torch.randn(8)
+    first = replaying(x)
+    earlier = outputs.storage_ptrs([first])
+    outputs.poison_([first])
+    second = replaying(x)
+    assert outputs.reused_storage([second], earlier) == [0]
+    assert torch.isnan(second).all()
+
+
+def test_malloc_perturb_turns_fresh_cpu_memory_into_garbage():
+    import subprocess
+    import sys
+
+    code = ("import torch\nfrom kernelrl.evaluate.guards.poison import malloc_perturb\n"
+            "assert malloc_perturb(0x7F)\nprint(float(torch.empty(2304, 4096).view(-1)[12345]))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert float(out.stdout) > 1e38
