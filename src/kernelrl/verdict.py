@@ -55,7 +55,7 @@ class Timing:
 
     @classmethod
     def from_dict(cls, d: dict) -> "Timing":
-        return cls(**d)
+        return cls(**_floats(d, ("median_us", "mean_us", "min_us", "max_us", "stdev_us")))
 
 
 @dataclass(frozen=True)
@@ -72,7 +72,7 @@ class ErrorStats:
 
     @classmethod
     def from_dict(cls, d: dict) -> "ErrorStats":
-        return cls(**d)
+        return cls(**_floats(d, ("max_abs", "max_rel", "rel_l2", "atol", "rtol")))
 
 
 @dataclass(frozen=True)
@@ -131,11 +131,19 @@ class Verdict:
             if d.get(key) is not None:
                 d[key] = typ.from_dict(d[key])
         d["flags"] = tuple(Flag.from_dict(f) for f in d.get("flags", ()))
+        for key in ("speedup", "compile_speedup", "graph_speedup"):
+            if isinstance(d.get(key), str):
+                d[key] = float(d[key])
         return cls(**d)
 
     @classmethod
     def from_json(cls, text: str) -> "Verdict":
         return cls.from_dict(json.loads(text))
+
+
+def _floats(d: dict, keys: tuple[str, ...]) -> dict:
+    """Undo `_finite`: "inf"/"nan" strings back to floats for the named keys."""
+    return {k: (float(v) if k in keys and isinstance(v, str) else v) for k, v in d.items()}
 
 
 def _finite(obj):

@@ -68,6 +68,9 @@ def optimize_command(
     patience: Optional[int] = typer.Option(None, "--patience", help="Stop after N LLM proposals without a new best."),
     time_limit: Optional[float] = typer.Option(None, "--time-limit", help="Seconds after which no LLM call starts."),
     seed: Optional[int] = typer.Option(None, "--seed"),
+    review_speedup: Optional[float] = typer.Option(
+        None, "--review-speedup", help="Ask the LLM for a second opinion on correct candidates at least this fast "
+                                       "(or with hack warnings); recorded in the store, never changes a verdict."),
     config: Optional[Path] = typer.Option(None, "--config", help="TOML file with llm, loop and eval sections."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No live display; log lines only."),
 ):
@@ -78,7 +81,7 @@ def optimize_command(
         code = _optimize(console, task, device, model, iterations, budget, out, base_url, api_key_env, concurrency,
                          proposers, exemplars, strategy, target, price_in, price_out, temperature, max_tokens,
                          max_completion_tokens, reasoning_effort, stream, timeout, target_speedup, patience,
-                         time_limit, seed, config, quiet)
+                         time_limit, seed, config, quiet, review_speedup)
     except (TaskError, StoreError, LLMError, LoopError, ValueError) as e:
         console.print(f"[red]error:[/red] {e}")
         raise typer.Exit(1)
@@ -88,7 +91,7 @@ def optimize_command(
 def _optimize(console, task_path, devices, model, iterations, budget, out, base_url, api_key_env, concurrency,
               proposers, exemplars, strategy, target, price_in, price_out, temperature, max_tokens,
               max_completion_tokens, reasoning_effort, stream, timeout, target_speedup, patience, time_limit, seed,
-              config_path, quiet) -> int:
+              config_path, quiet, review_speedup=None) -> int:
     from kernelrl.evaluate import EvalConfig, Evaluator
 
     file_cfg = _read_config(config_path)
@@ -108,7 +111,8 @@ def _optimize(console, task_path, devices, model, iterations, budget, out, base_
     prompt_d = dict(loop_d.pop("prompt", {}))
     _put(prompt_d, target=target)
     _put(loop_d, iterations=iterations, exemplars=exemplars, exemplar_strategy=strategy,
-         target_speedup=target_speedup, patience=patience, time_limit_s=time_limit, seed=seed)
+         target_speedup=target_speedup, patience=patience, time_limit_s=time_limit, seed=seed,
+         review_speedup=review_speedup)
     if proposers is not None:
         loop_d["proposers"] = () if proposers.strip() == "none" else tuple(
             p.strip() for p in proposers.split(",") if p.strip())

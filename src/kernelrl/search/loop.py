@@ -14,10 +14,12 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Callable, Mapping, Protocol
 
-from kernelrl.search.exemplars import STRATEGIES, select_exemplars
+from kernelrl.search.contrastive import contrastive_prompt
+from kernelrl.search.exemplars import STRATEGIES
 from kernelrl.search.llm import BudgetExceeded, LLMClient, LLMError
 from kernelrl.search.parse import parse_reply
-from kernelrl.search.prompt import PromptConfig, build_messages, prompt_hash
+from kernelrl.search.prompt import PromptConfig, prompt_hash
+from kernelrl.search.review import needs_review, review
 from kernelrl.search.proposers import POLISHERS, PROPOSERS, resolve
 from kernelrl.search.store import PENDING, CandidateRecord, Store
 from kernelrl.task import Candidate, Task, TaskError
@@ -55,6 +57,8 @@ class LoopConfig:
     max_llm_errors: int = 3               # consecutive failed LLM calls before the run stops
     max_attempts: int = 3                 # evaluations cut short this often (kill -9) are recorded as failed
     seed: int = 0
+    review_speedup: float | None = None   # ask the LLM for a second opinion on correct candidates this fast
+                                          # (or with hack warnings); recorded, never changes a verdict
     prompt: PromptConfig = field(default_factory=PromptConfig)
 
     def __post_init__(self):
@@ -309,10 +313,10 @@ class Loop:
         cfg = self.config
         with self._rng_lock:
             rng = random.Random(self._rng.random())
-        exemplars = select_exemplars(self.store.exemplar_pool(self.task), k=cfg.exemplars,
-                                     strategy=cfg.exemplar_strategy, rng=rng, tau=cfg.tau, n_buckets=cfg.n_buckets)
-        failures = self.store.recent_failures(self.task, cfg.failures) if cfg.failures else []
-        messages = build_messages(self.task, exemplars, failures, cfg.prompt)
+        prompt = contrastive_prompt(self.store, self.task, rng, k=cfg.exemplars, strategy=cfg.exemplar_strategy,
+                                    tau=cfg.tau, max_failures=cfg.failures, config=cfg.prompt,
+                                    n_buckets=cfg.n_buckets)
+        messages = prompt.messages
         done = self.llm.complete(messages)
         parsed = parse_reply(done.text)
         code, error = parsed.code, parsed.error
@@ -327,7 +331,7 @@ class Loop:
             if code is None:
                 error = f"{error} ({hint})"
         rec = self.store.add_candidate(
-            self.task, code, LLM_PROPOSER, parent_ids=[e.candidate_id for e in exemplars if e.candidate_id],
+            self.task, code, LLM_PROPOSER, parent_ids=list(prompt.parent_ids),
             model=done.model, prompt=messages, prompt_hash=prompt_hash(messages), reply=done.text,
             parse_error=error if code is None else None, tokens_in=done.tokens_in, tokens_out=done.tokens_out,
             cost_usd=done.cost_usd)
@@ -385,6 +389,7 @@ class Loop:
             self.store.abandon_evaluation(self.task, rec.digest)
             return
         self.store.record_verdict(self.task, rec.digest, verdict)
+        self._review(rec, verdict)
         with self._cond:
             if verdict.ok and verdict.speedup is not None and (self._best is None or verdict.speedup > self._best):
                 self._best = verdict.speedup
@@ -392,6 +397,20 @@ class Loop:
                 self._event(f"new best {verdict.speedup:.3f}x: candidate {rec.id} ({rec.proposer})")
         if not verdict.ok:
             self._event(f"candidate {rec.id} ({rec.proposer}): {verdict.status} {_last_line(verdict.message)}")
+
+    def _review(self, rec: CandidateRecord, verdict: Verdict) -> None:
+        """Record the LLM's opinion of a suspicious verdict (evidence for a human; the verdict stands)."""
+        threshold = self.config.review_speedup
+        if self.llm is None or threshold is None or not needs_review(verdict, threshold):
+            return
+        try:
+            opinion = review(self.llm, self.task, rec.source, verdict)
+        except (LLMError, BudgetExceeded) as e:
+            self._event(f"review of candidate {rec.id} skipped: {e}")
+            return
+        self.store.record_review(self.task, rec.digest, opinion)
+        self._event(f"review of candidate {rec.id}: {opinion.opinion}"
+                    + (f" ({opinion.hack})" if opinion.hack else ""))
 
     def _wait_idle(self) -> None:
         """Block until nothing is queued or being judged (or the run aborts)."""

@@ -58,6 +58,12 @@ CREATE TABLE IF NOT EXISTS evaluations (
     finished_at REAL,
     PRIMARY KEY (task_id, digest));
 CREATE INDEX IF NOT EXISTS evaluations_status ON evaluations(task_id, status);
+CREATE TABLE IF NOT EXISTS reviews (
+    task_id TEXT NOT NULL,
+    digest TEXT NOT NULL,
+    review TEXT NOT NULL,
+    created_at REAL NOT NULL,
+    PRIMARY KEY (task_id, digest));
 """
 
 
@@ -239,6 +245,18 @@ class Store:
                 "WHERE task_id=? AND digest=? AND status=?",
                 (verdict.status, verdict.speedup, verdict.to_json(), verdict.device, time.time(), _tid(task), digest,
                  PENDING))
+
+    def record_review(self, task: Task | str, digest: str, review) -> None:
+        """Store an LLM's opinion of a judged candidate (a search.review.Review); the verdict stays as it was."""
+        with self._lock, self._tx():
+            self._db.execute("INSERT OR REPLACE INTO reviews (task_id, digest, review, created_at) VALUES (?,?,?,?)",
+                             (_tid(task), digest, json.dumps(review.to_dict()), time.time()))
+
+    def reviews(self, task: Task | str) -> dict[str, dict]:
+        """Recorded reviews of the task's candidates: digest -> the review as a dict."""
+        with self._lock:
+            rows = self._db.execute("SELECT digest, review FROM reviews WHERE task_id=?", (_tid(task),)).fetchall()
+        return {r["digest"]: json.loads(r["review"]) for r in rows}
 
     # ---- reading -------------------------------------------------------------------------------------------
 
