@@ -154,3 +154,16 @@ def test_cli_unavailable_device_is_one_line():
         pytest.skip("this machine has a GPU")
     r = run_cli("eval", str(DATA / "scale_add.py"), str(DATA / "correct.py"), "--device", "cuda")
     assert r.returncode == 2 and "not available" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_tuple_outputs_with_integer_indices_are_compared_exactly(ev):
+    t = Task.from_file(DATA / "tuple_argmax.py")
+    v = ev.evaluate(t, Candidate.from_file(DATA / "tuple_argmax_cand.py"))
+    assert v.status == "ok", v.message
+
+
+def test_a_candidate_may_write_into_the_inputs_the_reference_writes_into(ev):
+    t = Task.from_file(DATA / "inplace_ref.py")
+    v = ev.evaluate(t, Candidate.from_file(DATA / "inplace_cand.py"))
+    assert v.status == "ok", v.message
+    assert not any(f.severity == "reject" for f in v.flags)

@@ -105,6 +105,9 @@ class Evaluator:
                 kw = self._evaluate(task, candidate, t0)
             except _Aborted as a:
                 kw = a.kw
+            if self._refs.get(task.digest, (None, {}))[1].get("mutates"):
+                static = [Flag(f.check, f.message + " (the reference writes into its inputs too)", f.hack, "warn")
+                          if f.hack == "input_mutation" else f for f in static]
             flags = tuple(static) + tuple(kw.pop("flags", ()))
             status = kw.pop("status")
             if status in ("ok", "incorrect") and any(f.severity == "reject" for f in flags):
@@ -173,7 +176,8 @@ class Evaluator:
         if h.get("type") == "error" or h.get("problem"):
             worker.close()
             raise EvaluationError(f"{task.name}: the reference does not run: {h.get('message') or h.get('problem')}")
-        state = {"init": init, "compiled": False, "out_bytes": h.get("out_bytes", 0), "work": h.get("work")}
+        state = {"init": init, "compiled": False, "out_bytes": h.get("out_bytes", 0), "work": h.get("work"),
+                 "mutates": set(h.get("inputs_changed", []))}  # a reference may write into its inputs
         self._refs[key] = (worker, state)
         return worker, state
 
@@ -303,9 +307,10 @@ class Evaluator:
             trials += 1
             if self._trial_problem(ch, flags, i):
                 return _stats(worst, task, rh, trials), None
-            if ch["inputs_changed"]:
-                flags.append(Flag("input_mutation", f"{what}: the candidate modified input(s) "
-                                                    f"{ch['inputs_changed']}", hack="input_mutation"))
+            mutated = sorted(set(ch["inputs_changed"]) - set(rh["inputs_changed"]))
+            if mutated:
+                flags.append(Flag("input_mutation", f"{what}: the candidate modified input(s) {mutated}, "
+                                                    "which the reference leaves unchanged", hack="input_mutation"))
                 return _stats(worst, task, rh, trials), None
             if full:
                 m = self._compare_outputs(task, ct, rt, rh["outputs"], ch["outputs"], what)

@@ -186,7 +186,7 @@ class Harness:
         """Run once on the inputs for `seed`; return the outputs (or hold them for `op_sample`)."""
         torch = self.torch
         xs = self.inputs(op["seed"], op.get("dist", "task"))
-        kept = [x.clone() if isinstance(x, torch.Tensor) else x for x in xs] if self.role == "candidate" else None
+        kept = [x.clone() if isinstance(x, torch.Tensor) else x for x in xs]
         self._poison(op.get("poison_bytes", 0))
         self._perturb(True)
         try:
@@ -200,7 +200,7 @@ class Harness:
         outs, problem = self._outputs(out)
         if problem:
             return {"type": "trial", "problem": problem}, None
-        changed = [j for j, (x, k) in enumerate(zip(xs, kept or ())) if isinstance(x, torch.Tensor)
+        changed = [j for j, (x, k) in enumerate(zip(xs, kept)) if isinstance(x, torch.Tensor)
                    and not (x.shape == k.shape and torch.equal(x, k))]
         header = {"type": "trial", "outputs": len(outs), "inputs_changed": changed,
                   "dtypes": [str(o.dtype).replace("torch.", "") for o in outs],
