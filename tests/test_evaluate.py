@@ -141,6 +141,7 @@ def test_cli_table_and_nonzero_exit_for_incorrect():
     (["nope.py", "also_nope.py"], "no such reference file"),
     ([str(DATA / "scale_add.py"), str(DATA / "no_modelnew.py")], "ModelNew"),
     ([str(DATA / "correct.py"), str(DATA / "correct.py")], "Model, get_inputs, get_init_inputs"),
+    ([str(DATA / "broken_import_ref.py"), str(DATA / "correct.py")], "No module named 'not_a_module' (reference line 3"),
 ])
 def test_cli_usage_errors_are_one_line(args, needle):
     r = run_cli("eval", *args)

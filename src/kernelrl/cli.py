@@ -10,7 +10,7 @@ from rich.table import Table
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Make GPU code faster with LLMs and RL, and prove every speedup.")
-err = Console(stderr=True)
+err = Console(stderr=True, soft_wrap=True)  # an error stays on one line, whatever the width
 out = Console()
 
 

@@ -172,7 +172,9 @@ class Evaluator:
             worker = self._spawn(init, self.cache / "build" / f"ref-{key}-{toolchain_key()}")
             h, _ = worker.request({"op": "trial", "seed": 0, "count_work": True}, self.config.timeout_s)
         except WorkerError as e:
-            raise EvaluationError(f"{task.name}: the reference does not run: {e}\n{e.stderr_tail[-1500:]}") from e
+            last = [line for line in e.stderr_tail.strip().splitlines() if line.strip()][-1:]
+            raise EvaluationError(f"{task.name}: the reference does not run: {e}"
+                                  + (f": {last[0].strip()}" if last else "")) from e
         if h.get("type") == "error" or h.get("problem"):
             worker.close()
             raise EvaluationError(f"{task.name}: the reference does not run: {h.get('message') or h.get('problem')}")

@@ -39,8 +39,14 @@ class Harness:
         if not self.cuda and init.get("cpu_threads"):
             torch.set_num_threads(int(init["cpu_threads"]))
         self.fixed_inputs = set(init.get("fixed_inputs", ()))
-        self.task = self._import("kernelrl_task", os.path.join(scratch, "task_reference.py"), init["task_source"])
         self.model = None
+        self.init_error = None
+        task_path = os.path.join(scratch, "task_reference.py")
+        try:
+            self.task = self._import("kernelrl_task", task_path, init["task_source"])
+        except BaseException as e:  # answered on the first request, as a one-line error about the reference
+            self.init_error = _located(e, task_path, "reference")
+            return
         self.compiled = None
         # Captured before any candidate code exists in this process.
         self._perf = time.perf_counter
@@ -56,10 +62,15 @@ class Harness:
             self._l2 = _L2Control(torch)
         self.precision0 = tamper.precision_flags(torch)
         if self.role == "reference":
-            self.model = self._build(self.task.Model)
+            try:
+                self.model = self._build(self.task.Model)
+            except BaseException as e:
+                self.init_error = _located(e, task_path, "reference")
 
     # -- plumbing ---------------------------------------------------------------------------------------
     def handle(self, op: dict):
+        if self.init_error:
+            return _error("runtime_error", self.init_error)
         return getattr(self, "op_" + op["op"])(op)
 
     def _import(self, name: str, path: str, source: str):
@@ -479,6 +490,13 @@ def _state_changes(before: dict, after: dict) -> set[str]:
     return {k for k in before.keys() | after.keys()
             if before.get(k, missing)[0] is not after.get(k, missing)[0]
             or before.get(k, missing)[1] != after.get(k, missing)[1]}
+
+
+def _located(e: BaseException, path: str, what: str) -> str:
+    """'Type: message (reference line N: code)' for an exception raised from the file at `path`."""
+    frames = [f for f in traceback.extract_tb(e.__traceback__) if f.filename == path]
+    where = f" ({what} line {frames[-1].lineno}: {frames[-1].line})" if frames else ""
+    return f"{type(e).__name__}: {e}{where}"
 
 
 def _error(kind: str, message: str):
