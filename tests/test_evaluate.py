@@ -168,3 +168,14 @@ def test_a_candidate_may_write_into_the_inputs_the_reference_writes_into(ev):
     v = ev.evaluate(t, Candidate.from_file(DATA / "inplace_cand.py"))
     assert v.status == "ok", v.message
     assert not any(f.severity == "reject" for f in v.flags)
+
+
+def test_builds_are_cached_per_source_and_worker_slots_cleaned_up(task, tmp_path):
+    with Evaluator(EvalConfig(cache_dir=str(tmp_path), **FAST)) as e:
+        for name in ("cpp_correct", "correct"):
+            assert e.evaluate(task, Candidate.from_file(DATA / f"{name}.py")).status == "ok"
+        digest = Candidate.from_file(DATA / "cpp_correct.py").digest
+        built = list((tmp_path / "build").glob(f"{digest}-*/torch_extensions/*/*.so"))
+        assert len(built) == 1
+        assert len(list((tmp_path / "slots").iterdir())) == 1  # only the spare waiting for the next candidate
+    assert not list((tmp_path / "slots").iterdir())

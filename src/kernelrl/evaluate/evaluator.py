@@ -6,9 +6,12 @@ runs no task or candidate code: it picks secret seeds, keeps the reference's out
 from __future__ import annotations
 
 import hashlib
+import os
+import shutil
 import secrets
 import statistics
 import sys
+import tempfile
 import threading
 import time
 from collections import OrderedDict
@@ -93,6 +96,7 @@ class Evaluator:
         self._device_name = torch.cuda.get_device_name(self.device) if self.device.type == "cuda" else "cpu"
         self._cpu_peaks = None
         self._phases = _Phases()
+        self._spare: tuple[Worker, Path] | None = None
 
     # -- public -------------------------------------------------------------------------------------------
     def evaluate(self, task: Task, candidate: Candidate) -> Verdict:
@@ -138,6 +142,9 @@ class Evaluator:
             for worker, _ in self._refs.values():
                 worker.close()
             self._refs.clear()
+            if self._spare is not None:
+                self._discard(self._spare)
+                self._spare = None
 
     def __enter__(self):
         return self
@@ -183,9 +190,61 @@ class Evaluator:
         self._refs[key] = (worker, state)
         return worker, state
 
-    def _candidate_init(self, task: Task, state: dict) -> dict:
-        return {"role": "candidate", "task_source": task.source, "seed": state["init"]["seed"],
-                "fixed_inputs": list(task.meta.fixed_inputs), "cpu_threads": self.config.cpu_threads}
+    def _load_op(self, task: Task, state: dict, candidate: Candidate) -> dict:
+        """The request that gives a started candidate worker its task and its candidate."""
+        return {"op": "load", "source": candidate.source, "task_source": task.source, "seed": state["init"]["seed"],
+                "fixed_inputs": list(task.meta.fixed_inputs)}
+
+    def _start_spare(self) -> tuple[Worker, Path]:
+        """Start a task-agnostic candidate worker with an empty build slot of its own (its only writable cache)."""
+        slots = self.cache / "slots"
+        slots.mkdir(parents=True, exist_ok=True)
+        slot = Path(tempfile.mkdtemp(prefix="slot-", dir=slots))
+        return self._spawn({"role": "candidate", "cpu_threads": self.config.cpu_threads}, slot), slot
+
+    def _candidate_worker(self, candidate: Candidate) -> tuple[Worker, Path | None]:
+        """A started candidate worker and its build slot (None when it builds straight into the cache).
+
+        C++/CUDA extensions record absolute paths in their build files, so they build in their own cache
+        entry (a fixed path per source digest) in a worker started for them; Python and Triton candidates,
+        whose caches are content-addressed, take the spare and get a copy of any cached build in its slot.
+        """
+        if candidate.language in ("cuda", "cpp"):
+            entry = self._build_entry(candidate)
+            return self._spawn({"role": "candidate", "cpu_threads": self.config.cpu_threads}, entry), None
+        spare, self._spare = self._spare, None
+        if spare is None or not spare[0].alive:
+            if spare is not None:
+                self._discard(spare)
+            spare = self._start_spare()
+        entry = self._build_entry(candidate)
+        if entry.is_dir():
+            shutil.copytree(entry, spare[1], symlinks=True, dirs_exist_ok=True)
+        return spare
+
+    def _build_entry(self, candidate: Candidate) -> Path:
+        return self.cache / "build" / f"{candidate.digest}-{toolchain_key()}"
+
+    def _keep_build(self, candidate: Candidate, slot: Path | None, keep: bool) -> None:
+        """Move a new build into the cache under the candidate's digest (only this process writes the cache)."""
+        if slot is None:
+            return
+        entry = self._build_entry(candidate)
+        try:
+            if keep and not entry.exists() and any(slot.iterdir()):
+                entry.parent.mkdir(parents=True, exist_ok=True)
+                tmp = entry.with_name(f"{entry.name}.tmp-{secrets.token_hex(4)}")
+                shutil.copytree(slot, tmp, symlinks=True)
+                try:
+                    os.rename(tmp, entry)
+                except OSError:  # another evaluator kept the same build first
+                    shutil.rmtree(tmp, ignore_errors=True)
+        finally:
+            shutil.rmtree(slot, ignore_errors=True)
+
+    def _discard(self, spare: tuple[Worker, Path]) -> None:
+        spare[0].close()
+        shutil.rmtree(spare[1], ignore_errors=True)
 
     def _compile_reference(self, ref: Worker, task: Task):
         state = next(s for w, s in self._refs.values() if w is ref)
@@ -211,12 +270,13 @@ class Evaluator:
         ph = self._phases
         ref, state = self._reference(task)
         ph.mark("reference")
-        init = self._candidate_init(task, state)
-        cand = self._spawn(init, self.cache / "build" / f"{candidate.digest}-{toolchain_key()}")
+        cand, slot = self._candidate_worker(candidate)
         flags: list[Flag] = []
         reported: dict = {}
+        kept = False
         try:
-            self._ask(cand, {"op": "load", "source": candidate.source}, left(cfg.build_timeout_s), "build")
+            self._ask(cand, self._load_op(task, state, candidate), left(cfg.build_timeout_s), "build")
+            kept = True
             ph.mark("start_and_build")
             # -- correctness: fresh secret seeds, two input distributions, agreement on a repeat
             error, first = self._check(task, ref, cand, left, flags)
@@ -245,6 +305,7 @@ class Evaluator:
                     "compile_speedup": (comp_t.median_us / cand_t.median_us) if comp_t else None,
                     "error": error, "flags": flags, "confinement": report, **graphs}
         except _Aborted as a:
+            kept = kept and a.kw.get("status") != "rejected"
             # Keep the tampering evidence of an aborted run: it names the hack behind the failure.
             a.kw.setdefault("flags", flags)
             if cand.alive and not reported:
@@ -256,6 +317,9 @@ class Evaluator:
             raise
         finally:
             cand.close()
+            self._keep_build(candidate, slot, kept and not any(f.severity == "reject" for f in flags))
+            if self._spare is None:  # the next candidate's worker starts while this verdict is used
+                self._spare = self._start_spare()
 
     _incorrect_message = ""  # the reason of the last failed comparison (calls are serialised by the lock)
 
@@ -539,11 +603,10 @@ class Evaluator:
     def _recheck(self, task, candidate, ref_t, cand_t, speedup, left, flags):
         """Re-measure a large speedup in a fresh worker beside the reference; flag it when it does not hold."""
         ref, state = self._reference(task)
-        init = self._candidate_init(task, state)
-        again = self._spawn(init, self.cache / "build" / f"{candidate.digest}-{toolchain_key()}")
+        again, slot = self._candidate_worker(candidate)
         ref_s, cand_s = [], []
         try:
-            self._ask(again, {"op": "load", "source": candidate.source}, left(self.config.build_timeout_s),
+            self._ask(again, self._load_op(task, state, candidate), left(self.config.build_timeout_s),
                       "re-measurement build")
             seed = secrets.randbits(62)
             for _ in range(max(2, self.config.timing_rounds // 2)):
@@ -552,6 +615,8 @@ class Evaluator:
                 ref_s += ref.request(op, left())[0]["times_us"]
         finally:
             again.close()
+            if slot is not None:
+                shutil.rmtree(slot, ignore_errors=True)
         ref2, cand2 = Timing.from_samples(ref_s, self._method()), Timing.from_samples(cand_s, self._method())
         speedup2 = ref2.median_us / cand2.median_us if cand2.median_us > 0 else float("inf")
         if speedup2 < speedup / 1.5:

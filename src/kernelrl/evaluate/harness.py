@@ -38,15 +38,9 @@ class Harness:
         torch.set_float32_matmul_precision("highest")
         if not self.cuda and init.get("cpu_threads"):
             torch.set_num_threads(int(init["cpu_threads"]))
-        self.fixed_inputs = set(init.get("fixed_inputs", ()))
         self.model = None
+        self.task = None
         self.init_error = None
-        task_path = os.path.join(scratch, "task_reference.py")
-        try:
-            self.task = self._import("kernelrl_task", task_path, init["task_source"])
-        except BaseException as e:  # answered on the first request, as a one-line error about the reference
-            self.init_error = _located(e, task_path, "reference")
-            return
         self.compiled = None
         # Captured before any candidate code exists in this process.
         self._perf = time.perf_counter
@@ -60,12 +54,23 @@ class Harness:
             l2 = getattr(torch.cuda.get_device_properties(self.device), "L2_cache_size", 50 << 20) or (50 << 20)
             self._flush_buf = torch.empty(2 * l2 // 4 + 1024, dtype=torch.float32, device=self.device)
             self._l2 = _L2Control(torch)
+        self.fixed_inputs = set()
         self.precision0 = tamper.precision_flags(torch)
-        if self.role == "reference":
-            try:
+        # A candidate worker may start before its task is known (a spare): the task then comes with `load`.
+        if "task_source" in init:
+            self._load_task(init)
+
+    def _load_task(self, spec: dict) -> None:
+        """Import the task's reference module; the reference role also builds its Model."""
+        self.init.update(seed=spec["seed"], task_source=spec["task_source"])
+        self.fixed_inputs = set(spec.get("fixed_inputs", ()))
+        task_path = os.path.join(self.scratch, "task_reference.py")
+        try:
+            self.task = self._import("kernelrl_task", task_path, spec["task_source"])
+            if self.role == "reference":
                 self.model = self._build(self.task.Model)
-            except BaseException as e:
-                self.init_error = _located(e, task_path, "reference")
+        except BaseException as e:  # answered on the first request, as a one-line error about the reference
+            self.init_error = _located(e, task_path, "reference")
 
     # -- plumbing ---------------------------------------------------------------------------------------
     def handle(self, op: dict):
@@ -152,6 +157,10 @@ class Harness:
     def op_load(self, op):
         """Candidate role: import the candidate and build ModelNew with the reference's parameters."""
         torch = self.torch
+        if self.task is None:
+            self._load_task(op)
+            if self.init_error:
+                return _error("runtime_error", self.init_error)
         ref_state = {k: v.detach().clone() for k, v in self._build(self.task.Model).state_dict().items()} \
             if isinstance(self.task.Model, type) and issubclass(self.task.Model, torch.nn.Module) else {}
         if "compile" in op["source"] or "dynamo" in op["source"]:
