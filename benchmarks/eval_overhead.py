@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
+import os
 import statistics
+import tempfile
 import time
 from pathlib import Path
 
@@ -21,7 +22,8 @@ ROOT = Path(__file__).resolve().parents[1]
 PAIRS = {
     "cuda": [("tests/data/eval_gpu/softmax_rows.py", "tests/data/eval_gpu/softmax_cuda.py"),
              ("tests/data/eval_gpu/softmax_rows.py", "tests/data/eval_gpu/softmax_triton.py")],
-    "cpu": [("tests/data/eval/scale_add.py", "tests/data/eval/correct.py")],
+    "cpu": [("tests/data/eval/scale_add.py", "tests/data/eval/correct.py"),
+            ("tests/data/eval/scale_add.py", "tests/data/eval/cpp_correct.py")],
 }
 
 
@@ -33,9 +35,10 @@ def main():
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     rows = []
+    cache = tempfile.mkdtemp(prefix="kernelrl-eval-")  # empty: "cold" includes the build
     for ref_path, cand_path in PAIRS["cuda" if args.device.startswith("cuda") else "cpu"]:
         task, cand = Task.from_file(ROOT / ref_path), Candidate.from_file(ROOT / cand_path)
-        with Evaluator(EvalConfig(device=args.device, cache_dir="/tmp/kernelrl-eval-cache")) as ev:
+        with Evaluator(EvalConfig(device=args.device, cache_dir=cache)) as ev:
             t0 = time.monotonic()
             cold = ev.evaluate(task, cand)  # builds and caches; starts the reference worker
             cold_s = time.monotonic() - t0
@@ -61,7 +64,7 @@ def main():
 
 
 def write(args, rows):
-    env = {"device": torch.cuda.get_device_name() if args.device.startswith("cuda") else platform.processor(),
+    env = {"device": torch.cuda.get_device_name() if args.device.startswith("cuda") else f"CPU, {os.cpu_count()} cores",
            "torch": torch.__version__, "date": time.strftime("%Y-%m-%d")}
     (args.out / "eval_overhead.json").write_text(json.dumps({"env": env, "rows": rows}, indent=1))
     lines = [f"# Evaluator overhead and repeatability ({env['device']}, torch {env['torch']}, {env['date']})", "",
