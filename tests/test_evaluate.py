@@ -179,3 +179,10 @@ def test_builds_are_cached_per_source_and_worker_slots_cleaned_up(task, tmp_path
         assert len(built) == 1
         assert len(list((tmp_path / "slots").iterdir())) == 1  # only the spare waiting for the next candidate
     assert not list((tmp_path / "slots").iterdir())
+
+
+def test_each_verdict_gives_its_own_reason_not_the_previous_candidates(ev, task):
+    assert "outside tolerance" in judge(ev, task, "wrong").message
+    v = judge(ev, task, "mutates_input")
+    assert v.status == "rejected" and "input_mutation" in v.hacks
+    assert "outside tolerance" not in v.message and "modified input" in v.message

@@ -104,6 +104,7 @@ class Evaluator:
         with self._lock:
             t0 = time.monotonic()
             self._phases = _Phases()
+            self._incorrect_message = ""  # set by the comparison that fails, for this evaluation only
             static = _static_flags(candidate.source, task.source)
             try:
                 kw = self._evaluate(task, candidate, t0)
@@ -177,7 +178,8 @@ class Evaluator:
                 "fixed_inputs": list(task.meta.fixed_inputs), "cpu_threads": self.config.cpu_threads}
         try:
             worker = self._spawn(init, self.cache / "build" / f"ref-{key}-{toolchain_key()}")
-            h, _ = worker.request({"op": "trial", "seed": 0, "count_work": True}, self.config.timeout_s)
+            probe = {"op": "trial", "seed": 0, "count_work": True, "probe": True}
+            h, _ = worker.request(probe, self.config.timeout_s)
         except WorkerError as e:
             last = [line for line in e.stderr_tail.strip().splitlines() if line.strip()][-1:]
             raise EvaluationError(f"{task.name}: the reference does not run: {e}"
@@ -321,7 +323,7 @@ class Evaluator:
             if self._spare is None:  # the next candidate's worker starts while this verdict is used
                 self._spare = self._start_spare()
 
-    _incorrect_message = ""  # the reason of the last failed comparison (calls are serialised by the lock)
+    _incorrect_message = ""  # why this evaluation's comparison failed (calls are serialised by the lock)
 
     def _ask(self, worker: Worker, op: dict, timeout: float, what: str, build: bool = False):
         """Send an op to a candidate worker; turn every failure into a verdict (raised as _Aborted)."""

@@ -7,7 +7,7 @@ candidate code loads; the parent compares outputs, so expected outputs never exi
 """
 from __future__ import annotations
 
-import gc
+
 import importlib.util
 import math
 import os
@@ -53,7 +53,8 @@ class Harness:
         if self.cuda:
             l2 = getattr(torch.cuda.get_device_properties(self.device), "L2_cache_size", 50 << 20) or (50 << 20)
             self._flush_buf = torch.empty(2 * l2 // 4 + 1024, dtype=torch.float32, device=self.device)
-            self._l2 = _L2Control(torch)
+            from kernelrl.evaluate.guards import l2
+            self._l2 = l2
         self.fixed_inputs = set()
         self.precision0 = tamper.precision_flags(torch)
         # A candidate worker may start before its task is known (a spare): the task then comes with `load`.
@@ -174,7 +175,7 @@ class Harness:
         self.threads0 = tamper.python_threads()
         self.children0 = tamper.child_processes()
         if self.cuda:
-            self._l2.reset()
+            self._l2.reset_persisting_l2()
         t0 = self._perf()
         self.audit.armed = True
         try:
@@ -189,10 +190,7 @@ class Harness:
             self.model = self._build(module.ModelNew)
         except BaseException as e:
             return _error(*buildlog.classify(e, path))
-        self.load_findings = []
-        if self.cuda and self._l2.persisting_limit() not in (0, None):
-            self.load_findings.append(["cache_persistence", "the candidate reserved persisting L2 cache "
-                                                            f"({self._l2.persisting_limit()} bytes) at load"])
+        self.load_findings = self._persisting_l2("at load")
         copied = 0
         if isinstance(self.model, torch.nn.Module) and ref_state:
             own = self.model.state_dict()
@@ -228,6 +226,8 @@ class Harness:
                   "out_bytes": sum(o.numel() * o.element_size() for o in outs)}
         if self.role == "reference" and op.get("count_work"):
             header["work"] = self._count_work(xs)
+        if op.get("probe"):  # sizes and counts only: the caller has no use for these outputs
+            return header, None
         if op.get("full", True):
             tensors = {f"out{i}": o.detach().to("cpu", copy=True) for i, o in enumerate(outs)}
             if self.role == "candidate":
@@ -241,13 +241,8 @@ class Harness:
         torch = self.torch
         outs, xs = self._held
         self._held = None
-        gen = torch.Generator().manual_seed(op["seed"])
         samples = {}
-        for k, o in enumerate(outs):
-            flat = o.detach().reshape(-1)
-            if flat.numel():
-                idx = torch.randint(0, flat.numel(), (op.get("n", 1 << 16),), generator=gen)
-                samples[f"c0o{k}"] = flat[idx.to(flat.device)].to("cpu", torch.float64)
+        self._sample(samples, 0, outs, torch.Generator().manual_seed(op["seed"]), op.get("n", 1 << 16))
         if self.role == "candidate":
             self._poison_outputs(outs, xs)
         return {"type": "samples"}, samples
@@ -304,7 +299,7 @@ class Harness:
                 if self.cuda:
                     if op.get("flush", True):
                         self._flush_buf.zero_()
-                        self._l2.reset()
+                        self._l2.reset_persisting_l2()
                     self._sync()
                     start, end = self._Event(enable_timing=True), self._Event(enable_timing=True)
                     w0 = self._perf()
@@ -327,12 +322,7 @@ class Harness:
                 outs, problem = self._outputs(out)
                 if problem:
                     return {"type": "timed", "problem": f"timed call {i}: {problem}"}, None
-                for k, o in enumerate(outs):
-                    flat = o.detach().reshape(-1)
-                    if flat.numel() == 0:
-                        continue
-                    idx = torch.randint(0, flat.numel(), (SAMPLES_PER_OUTPUT,), generator=gen)
-                    samples[f"c{i}o{k}"] = flat[idx.to(flat.device)].to("cpu", torch.float64)
+                self._sample(samples, i, outs, gen)
                 self._poison_outputs(outs, xs)
                 del out, outs, xs
                 now = self._state()
@@ -341,6 +331,22 @@ class Harness:
         return {"type": "timed", "times_us": times, "wall_us": walls, "quiesce_us": quiet,
                 "threads_grew": tamper.python_threads() - threads_before,
                 "state_changed": sorted(changed)[:20]}, samples
+
+    def _persisting_l2(self, when: str) -> list:
+        """A cache_persistence finding when the candidate holds a persisting-L2 set-aside."""
+        size = self._l2.persisting_l2_bytes() if self.cuda else None
+        if size in (0, None):
+            return []
+        return [["cache_persistence", f"the candidate reserved {size} bytes of persisting L2 cache {when}"]]
+
+    def _sample(self, samples: dict, call: int, outs, gen, n: int = SAMPLES_PER_OUTPUT) -> None:
+        """Add `n` elements of each output at positions drawn from `gen`, as float64 on the host."""
+        torch = self.torch
+        for k, o in enumerate(outs):
+            flat = o.detach().reshape(-1)
+            if flat.numel():
+                idx = torch.randint(0, flat.numel(), (n,), generator=gen)
+                samples[f"c{call}o{k}"] = flat[idx.to(flat.device)].to("cpu", torch.float64)
 
     def _state(self) -> dict:
         """What a program could carry from one call to the next: its attributes and its module's globals.
@@ -411,11 +417,7 @@ class Harness:
             end.record()
             self._sync()
             times.append(start.elapsed_time(end) * 1e3)
-            for k, o in enumerate(outs):
-                flat = o.detach().reshape(-1)
-                idx = torch.randint(0, max(flat.numel(), 1), (SAMPLES_PER_OUTPUT,), generator=gen)
-                if flat.numel():
-                    samples[f"c{i}o{k}"] = flat[idx.to(flat.device)].to("cpu", torch.float64)
+            self._sample(samples, i, outs, gen)
         del graph
         return {"type": "graph", "times_us": times}, samples
 
@@ -440,9 +442,7 @@ class Harness:
             if v != self.precision0.get(k):
                 found.append(["precision_downgrade", f"global precision setting {k} changed "
                                                      f"from {self.precision0.get(k)!r} to {v!r}"])
-        if self.cuda and self._l2.persisting_limit() not in (0, None):
-            found.append(["cache_persistence", "the candidate reserved persisting L2 cache "
-                                               f"({self._l2.persisting_limit()} bytes)"])
+        found += self._persisting_l2("after the timed calls")
         return {"type": "report", "findings": found, "confinement": self.confinement}, None
 
     # -- checks ------------------------------------------------------------------------------------------
@@ -470,27 +470,10 @@ class Harness:
             malloc_perturb(0x7F if on else 0)
 
     def _poison(self, nbytes: int):
-        """Leave NaN-filled blocks in the allocator's free lists so unwritten outputs show up."""
-        if nbytes <= 0:
-            return
-        torch = self.torch
-        blocks = [torch.full((max(nbytes // 4, 1),), float("nan"), device=self.device) for _ in range(2)]
-        del blocks
-        gc.collect()
-
-
-class _L2Control:
-    """Reset and read the persisting-L2 set-aside through the driver API (guards.l2)."""
-
-    def __init__(self, torch):
-        from kernelrl.evaluate.guards import l2
-        self._l2 = l2
-
-    def reset(self):
-        self._l2.reset_persisting_l2()
-
-    def persisting_limit(self):
-        return self._l2.persisting_l2_bytes()
+        """CUDA: leave NaN-filled blocks in the caching allocator so unwritten outputs show up (CPU: `_perturb`)."""
+        if self.cuda and nbytes > 0:
+            from kernelrl.evaluate.guards.poison import poison_cuda_cache
+            poison_cuda_cache(self.device, 2 * nbytes)
 
 
 def _state_changes(before: dict, after: dict) -> set[str]:

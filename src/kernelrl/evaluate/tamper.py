@@ -30,7 +30,6 @@ _AUDIT_CLASSES = {
     "sys._getframe": "harness_introspection", "ctypes.dlsym": "timer_tampering",
 }
 _WARN_EVENTS = {"ctypes.dlsym"}
-_SECRET_WORDS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "CREDENTIAL")
 
 
 def _modules(torch) -> list:
@@ -149,14 +148,6 @@ def python_threads() -> int:
     return threading.active_count()
 
 
-def os_threads() -> int:
-    """Live OS threads of this process (Python, OpenMP, CUDA, ...)."""
-    try:
-        return len(os.listdir("/proc/self/task"))
-    except OSError:
-        return threading.active_count()
-
-
 def child_processes() -> int:
     """Live child processes of this process."""
     try:
@@ -179,4 +170,5 @@ def precision_flags(torch) -> dict:
 
 def secrets_in_env() -> list[str]:
     """Names of environment variables that look like secrets (should be none in a worker)."""
-    return [k for k in os.environ if any(w in k.upper() for w in _SECRET_WORDS)]
+    from kernelrl.sandbox.confine import is_secret_name
+    return [k for k in os.environ if is_secret_name(k)]

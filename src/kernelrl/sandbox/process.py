@@ -20,6 +20,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 
 from kernelrl.sandbox import wire
+from kernelrl.sandbox.confine import scrub_env
 
 # Variables a worker may inherit; everything else (API keys, tokens, credentials) is dropped.
 _ENV_ALLOW = ("PATH", "LD_LIBRARY_PATH", "LANG", "LC_ALL", "LC_CTYPE", "TERM", "TZ", "PYTHONPATH",
@@ -27,7 +28,6 @@ _ENV_ALLOW = ("PATH", "LD_LIBRARY_PATH", "LANG", "LC_ALL", "LC_CTYPE", "TERM", "
               "NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES", "CC", "CXX", "NVCC_CCBIN",
               "OMP_NUM_THREADS", "MKL_NUM_THREADS", "TORCH_CUDA_ARCH_LIST", "MAX_JOBS", "KERNELRL_SIZE",
               "NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS")
-_SECRET_WORDS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "CREDENTIAL", "AUTH")
 
 
 class WorkerError(RuntimeError):
@@ -41,8 +41,7 @@ class WorkerError(RuntimeError):
 
 def worker_env(scratch: Path, extra: dict[str, str] | None = None) -> dict[str, str]:
     """The environment a worker starts with: allow-listed variables only, secrets never."""
-    env = {k: v for k, v in os.environ.items()
-           if k in _ENV_ALLOW and not any(w in k.upper() for w in _SECRET_WORDS)}
+    env = scrub_env({k: v for k, v in os.environ.items() if k in _ENV_ALLOW})
     env.update(HOME=str(scratch), TMPDIR=str(scratch), PYTHONUNBUFFERED="1", PYTHONDONTWRITEBYTECODE="1",
                PYTHONNOUSERSITE="1")
     env.update(extra or {})

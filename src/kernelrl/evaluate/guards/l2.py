@@ -8,7 +8,6 @@ from __future__ import annotations
 import ctypes
 
 _CU_LIMIT_PERSISTING_L2_CACHE_SIZE = 0x06
-_CU_LAUNCH_ATTRIBUTE_ACCESS_POLICY_WINDOW = 1
 _lib = None
 
 
@@ -31,18 +30,6 @@ def persisting_l2_bytes() -> int | None:
     if lib.cuCtxGetLimit(ctypes.byref(value), _CU_LIMIT_PERSISTING_L2_CACHE_SIZE) != 0:
         return None
     return int(value.value)
-
-
-def stream_window_bytes(stream_handle: int) -> int | None:
-    """Bytes covered by an access-policy window on a stream (0 when none is set)."""
-    lib = _cuda()
-    if lib is None:
-        return None
-    value = (ctypes.c_uint8 * 64)()  # CUlaunchAttributeValue is a 64-byte union
-    if lib.cuStreamGetAttribute(ctypes.c_void_p(stream_handle), _CU_LAUNCH_ATTRIBUTE_ACCESS_POLICY_WINDOW,
-                                ctypes.byref(value)) != 0:
-        return None
-    return int(ctypes.c_size_t.from_buffer(value, 8).value)  # accessPolicyWindow.num_bytes
 
 
 def reset_persisting_l2() -> bool | None:
