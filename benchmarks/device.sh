@@ -7,20 +7,24 @@
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; RES="$OUT/res"; mkdir -p "$RES"
 STEP_S=${STEP_S:-240}
+LANE=${LANE:-}  # several copies may run at once (one per GPU, CUDA_VISIBLE_DEVICES): LANE names each one's logs
 if [ -d .whl ]; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-    >/dev/null 2>&1 || echo "wheel install failed"
+  ( flock 9; [ -e /tmp/site/.installed ] || { python3 -m pip install -q --no-index --no-deps --no-compile \
+      --no-cache-dir --upgrade --target /tmp/site .whl/*.whl >/dev/null 2>&1 && touch /tmp/site/.installed; } \
+      || echo "wheel install failed" ) 9>/tmp/.whl.lock
 fi
-export PYTHONPATH="$PWD/src:/tmp/site" KERNELRL_CACHE=/tmp/kernelrl-cache PYTHONUNBUFFERED=1
-save() { tar czf "$OUT/results.tgz" -C "$RES" . 2>/dev/null; }
+export PYTHONPATH="$PWD/src:/tmp/site" KERNELRL_CACHE=/tmp/kernelrl-cache${LANE:+-$LANE} PYTHONUNBUFFERED=1
+[ -d .kernelrl-cache/gemm ] && export KERNELRL_GEMM_BUILD="$PWD/.kernelrl-cache/gemm"
+save() { ( flock 9; tar czf "$OUT/.results.tgz" --exclude='*.safetensors' --exclude='*.bin' --exclude='*.pt' --exclude='*.pth' -C "$RES" . 2>/dev/null && mv "$OUT/.results.tgz" "$OUT/results.tgz" ) \
+           9>"$OUT/.lock"; }
 trap save EXIT
 for step in "$@"; do
-  echo "=== $step $(date +%T)"
+  echo "=== ${LANE:+[$LANE] }$step $(date +%T)"
   case $step in
     sanity) nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv
             python3 -c "import torch, triton, openai, trl; print(torch.__version__, triton.__version__, torch.cuda.get_device_name())";;
     confine) timeout "$STEP_S" python3 benchmarks/confine_probe.py | tee "$RES/confine_probe.txt";;
-    gputests) timeout "$STEP_S" python3 -m pytest -q -m gpu -p no:cacheprovider tests 2>&1 | tee "$RES/gpu_tests.log" | tail -25;;
+    gputests) timeout "$STEP_S" python3 -m pytest -q -m gpu -p no:cacheprovider --durations=25 ${TESTS:-tests} 2>&1 | tee "$RES/gpu_tests${LANE:+_$LANE}.log" | tail -25;;
     eval) timeout "$STEP_S" python3 benchmarks/eval_overhead.py "$RES/eval" --repeats 5 2>&1 | tail -20;;
     suite) timeout "$STEP_S" python3 benchmarks/suite_device.py "$RES/suite" --time-budget-s $((STEP_S - 60)) \
              ${SUITE_ONLY:+--only "$SUITE_ONLY"} 2>&1 | tail -25;;

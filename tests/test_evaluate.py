@@ -11,7 +11,8 @@ from kernelrl.task import Candidate, Task, TaskError
 from kernelrl.verdict import Verdict
 
 DATA = Path(__file__).parent / "data" / "eval"
-FAST = dict(device="cpu", correctness_trials=3, timing_rounds=2, calls_per_round=5, warmup=1, timeout_s=120)
+FAST = dict(device="cpu", correctness_trials=3, timing_rounds=2, timing_precision=0, calls_per_round=5, warmup=1,
+            timeout_s=120)
 
 
 @pytest.fixture(scope="module")
@@ -186,3 +187,15 @@ def test_each_verdict_gives_its_own_reason_not_the_previous_candidates(ev, task)
     v = judge(ev, task, "mutates_input")
     assert v.status == "rejected" and "input_mutation" in v.hacks
     assert "outside tolerance" not in v.message and "modified input" in v.message
+
+
+def test_timing_adds_rounds_until_the_speedup_is_precise_and_reports_its_error(task, tmp_path):
+    base = dict(FAST, timing_rounds=2, max_timing_rounds=5, cache_dir=str(tmp_path))
+    with Evaluator(EvalConfig(**dict(base, timing_precision=1e-12))) as ev:  # never precise enough: all rounds
+        v = judge(ev, task, "correct")
+    assert v.status == "ok", v.message
+    assert v.candidate_timing.n == v.reference.n == 5 * 5
+    assert v.speedup_stderr is not None and 0 < v.speedup_stderr < 1
+    assert Verdict.from_json(v.to_json()).speedup_stderr == v.speedup_stderr
+    with Evaluator(EvalConfig(**dict(base, timing_precision=10.0))) as ev:  # precise at once: the minimum
+        assert judge(ev, task, "correct").candidate_timing.n == 2 * 5

@@ -54,7 +54,7 @@ GOOD = [VARIANT.format(expr=e) for e in ("torch.add(x * 2.0, 1.0)", "x.mul(2.0).
 SYNTAX_ERROR = VARIANT.format(expr="x * 2.0 +")
 
 # Small timing settings: each evaluation takes a few seconds on a 2-core CPU.
-FAST_EVAL = dict(correctness_trials=1, warmup=1, timing_rounds=2, calls_per_round=3, input_sets=2,
+FAST_EVAL = dict(correctness_trials=1, warmup=1, timing_rounds=2, timing_precision=0, calls_per_round=3, input_sets=2,
                  recheck_speedup=1e9, timeout_s=120.0)
 
 

@@ -59,7 +59,8 @@ def get_inputs():
 def get_init_inputs():
     return [256]
 '''
-FAST = dict(correctness_trials=1, warmup=1, timing_rounds=2, calls_per_round=3, input_sets=2, recheck_speedup=1e9)
+FAST = dict(correctness_trials=1, warmup=1, timing_rounds=2, calls_per_round=3, input_sets=2, recheck_speedup=1e9,
+            timing_precision=0)
 
 
 @pytest.fixture(scope="module")

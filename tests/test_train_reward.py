@@ -9,7 +9,7 @@ from kernelrl.train.reward import RewardPool, Rollout
 
 TASKS = Path(__file__).resolve().parents[1] / "src" / "kernelrl" / "train" / "smoke" / "tasks"
 RELU = Task.from_file(TASKS / "relu.py")
-FAST = dict(correctness_trials=1, warmup=1, timing_rounds=1, calls_per_round=3, input_sets=1,
+FAST = dict(correctness_trials=1, warmup=1, timing_rounds=1, timing_precision=0, calls_per_round=3, input_sets=1,
             timeout_s=45.0, build_timeout_s=40.0)
 
 

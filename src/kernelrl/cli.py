@@ -31,6 +31,8 @@ def eval_command(
     trials: int = typer.Option(5, help="correctness trials (fresh secret seeds each)"),
     rounds: int = typer.Option(5, help="timing rounds (reference and candidate alternate)"),
     calls: int = typer.Option(20, help="timed calls per program per round"),
+    max_rounds: int = typer.Option(15, help="more rounds, up to this many, until the speedup is --precision sure"),
+    precision: float = typer.Option(0.004, help="target relative standard error of the speedup (0: fixed rounds)"),
 ):
     """Is CANDIDATE correct, and how much faster than REFERENCE is it, really?"""
     from kernelrl.evaluate import EvalConfig, EvaluationError, Evaluator
@@ -41,11 +43,11 @@ def eval_command(
         cand = Candidate.from_file(candidate)
     except TaskError as e:
         fail(str(e))
-    if timeout <= 0 or trials < 1 or rounds < 1 or calls < 1:
-        fail("--timeout, --trials, --rounds and --calls must be positive")
+    if timeout <= 0 or trials < 1 or rounds < 1 or calls < 1 or max_rounds < 1 or precision < 0:
+        fail("--timeout, --trials, --rounds, --calls and --max-rounds must be positive, --precision not negative")
     config = EvalConfig(device=device, timeout_s=timeout, build_timeout_s=min(timeout, 240.0),
                         compare_compile=compile_baseline, correctness_trials=trials, timing_rounds=rounds,
-                        calls_per_round=calls)
+                        calls_per_round=calls, max_timing_rounds=max_rounds, timing_precision=precision)
     try:
         with Evaluator(config) as ev:
             verdict = ev.evaluate(task, cand)
@@ -65,7 +67,9 @@ def print_verdict(v) -> None:
     t.add_row("status", f"[bold {colour}]{v.status}[/]")
     t.add_row("task", f"{v.task} on {v.device}")
     if v.speedup is not None:
-        t.add_row("speedup", f"[bold]{v.speedup:.3f}×[/] over the eager reference")
+        err = f" (± {100 * v.speedup_stderr:.1f}% standard error)" if v.speedup_stderr is not None and \
+            v.speedup_stderr < 1 else ""
+        t.add_row("speedup", f"[bold]{v.speedup:.3f}×[/] over the eager reference{err}")
     if v.compile_speedup is not None:
         t.add_row("", f"{v.compile_speedup:.3f}× over torch.compile(reference)")
     if v.graph_speedup is not None:

@@ -85,6 +85,7 @@ class Verdict:
     candidate: str = ""  # candidate digest
     device: str = "cpu"
     speedup: float | None = None  # reference time / candidate time; None unless ok
+    speedup_stderr: float | None = None  # relative standard error of `speedup`, from its per-round ratios
     reference: Timing | None = None
     candidate_timing: Timing | None = None
     compile_speedup: float | None = None  # over torch.compile of the reference, when asked
@@ -131,7 +132,7 @@ class Verdict:
             if d.get(key) is not None:
                 d[key] = typ.from_dict(d[key])
         d["flags"] = tuple(Flag.from_dict(f) for f in d.get("flags", ()))
-        for key in ("speedup", "compile_speedup", "graph_speedup"):
+        for key in ("speedup", "speedup_stderr", "compile_speedup", "graph_speedup"):
             if isinstance(d.get(key), str):
                 d[key] = float(d[key])
         return cls(**d)

@@ -19,6 +19,8 @@ class EvalConfig:
     correctness_trials: int = 5          # fresh secret-seeded input sets, beyond the agreement re-run
     warmup: int = 5                      # untimed calls before timing
     timing_rounds: int = 5               # reference/candidate alternations (drift cancels in the ratio)
+    max_timing_rounds: int = 15          # more rounds while the speedup is less precise than below
+    timing_precision: float = 0.004      # target relative standard error of the speedup (per-round ratios)
     calls_per_round: int = 20            # timed calls per program per round
     input_sets: int = 4                  # rotated input sets during timing, outputs of each checked
     flush_l2: bool = True                # CUDA: overwrite L2 before every timed call

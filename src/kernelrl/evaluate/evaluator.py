@@ -6,6 +6,7 @@ runs no task or candidate code: it picks secret seeds, keeps the reference's out
 from __future__ import annotations
 
 import hashlib
+import math
 import os
 import shutil
 import secrets
@@ -76,6 +77,14 @@ class _Phases:
     def done(self) -> dict:
         self.mark("finish")
         return dict(self.seen)
+
+
+def _relative_stderr(ratios: list[float]) -> float:
+    """Standard error of the mean of per-round speedups, relative to it (inf with fewer than two rounds)."""
+    if len(ratios) < 2:
+        return math.inf
+    mean = statistics.fmean(ratios)
+    return statistics.stdev(ratios) / math.sqrt(len(ratios)) / mean if mean > 0 else math.inf
 
 
 class _Aborted(Exception):
@@ -302,7 +311,8 @@ class Evaluator:
             if speedup > threshold and not any(f.severity == "reject" for f in flags):
                 ref_t, cand_t, speedup = self._recheck(task, candidate, ref_t, cand_t, speedup, left, flags)
                 ph.mark("recheck")
-            return {"status": "ok", "message": "", "speedup": speedup, "reference": ref_t,
+            return {"status": "ok", "message": "", "speedup": speedup, "speedup_stderr": self._stderr,
+                    "reference": ref_t,
                     "candidate_timing": cand_t, "reference_compiled": comp_t,
                     "compile_speedup": (comp_t.median_us / cand_t.median_us) if comp_t else None,
                     "error": error, "flags": flags, "confinement": report, **graphs}
@@ -472,9 +482,12 @@ class Evaluator:
 
     def _timing(self, task, ref, cand, left, flags, first):
         cfg = self.config
-        ref_s, ref_w, cand_s, cand_w, comp_s, quiet = [], [], [], [], [], []
+        ref_s, ref_w, cand_s, cand_w, comp_s, quiet, ratios = [], [], [], [], [], [], []
         seed = secrets.randbits(62)  # one base input set; every timed call gets a fresh permutation of it
-        for r in range(cfg.timing_rounds):
+        for r in range(max(cfg.timing_rounds, cfg.max_timing_rounds)):
+            if r >= cfg.timing_rounds and (cfg.timing_precision <= 0
+                                           or _relative_stderr(ratios) <= cfg.timing_precision):
+                break  # precise enough (or fixed rounds asked for)
             op = self._time_op(seed)
             order = ("ref", "cand") if r % 2 == 0 else ("cand", "ref")
             got = {}
@@ -491,7 +504,7 @@ class Evaluator:
                 raise _Aborted({"status": "incorrect", "message": ch["problem"], "flags": flags})
             if cfg.compare_compile:
                 comp_s += ref.request(dict(op, compiled=True), left())[0]["times_us"]
-            bad = self._check_samples(task, rt, ct, first["ref"])
+            bad = self._check_samples(task, rt, ct, first)
             if bad:
                 flags.append(Flag("timed_outputs", f"round {r + 1}: {bad} (work cached, replayed, deferred "
                                                    "or skipped while being timed)", hack="result_replay"))
@@ -505,6 +518,7 @@ class Evaluator:
             if ch.get("threads_grew", 0) > 0:
                 flags.append(Flag("threads", f"round {r + 1}: {ch['threads_grew']} new Python thread(s) "
                                              "while being timed", hack="background_thread"))
+            ratios.append(statistics.median(rh["times_us"]) / max(statistics.median(ch["times_us"]), 1e-9))
             ref_s += rh["times_us"]
             ref_w += rh["wall_us"]
             cand_s += ch["times_us"]
@@ -517,6 +531,7 @@ class Evaluator:
                 flags.append(Flag("side_stream", f"the device was still busy {q:.0f} µs (median) after the "
                                                  f"candidate's stream finished ({cand_t.median_us:.0f} µs): work "
                                                  "was launched on another stream", hack="side_stream"))
+        self._stderr = _relative_stderr(ratios)
         return (Timing.from_samples(ref_s, self._method(), ref_w), cand_t,
                 Timing.from_samples(comp_s, self._method()) if comp_s else None)
 
@@ -533,7 +548,7 @@ class Evaluator:
                 why = rh.get("unavailable") or ch.get("unavailable")
                 flags.append(Flag("cuda_graph", f"graph replay not timed: {why}", severity="warn"))
                 return {}
-            bad = self._check_samples(task, rt, ct, first["ref"])
+            bad = self._check_samples(task, rt, ct, first)
             if bad:
                 flags.append(Flag("timed_outputs", f"graph replay: {bad}", hack="result_replay"))
                 return {}
@@ -542,16 +557,19 @@ class Evaluator:
         rg, cg = Timing.from_samples(ref_s, "cuda_graph"), Timing.from_samples(cand_s, "cuda_graph")
         return {"reference_graph": rg, "candidate_graph": cg, "graph_speedup": rg.median_us / cg.median_us}
 
-    def _check_samples(self, task, rt, ct, first_ref) -> str:
+    def _check_samples(self, task, rt, ct, first) -> str:
         """'' when every sampled output element of every timed call matches the reference's."""
         if set(rt) != set(ct):
             return "the timed calls returned a different number of outputs"
+        scales = first.setdefault("scales", {})  # one pass over each (possibly 1 GB) reference output
         for key in sorted(rt):
             call, out = key[1:].split("o")
-            ref_out = first_ref.get(f"out{out}")
+            ref_out = first["ref"].get(f"out{out}")
             dtype = ref_out.dtype if ref_out is not None else torch.float32
             atol, rtol = cmp.tolerance(dtype, task.meta.atol, task.meta.rtol)
-            scale = cmp.rms(ref_out) if ref_out is not None else 1.0
+            if out not in scales:
+                scales[out] = cmp.rms(ref_out) if ref_out is not None else 1.0
+            scale = scales[out]
             if not cmp.compare_samples(ct[key], rt[key], scale, atol, rtol):
                 return f"timed call {call} output {out} does not match"
         return ""

@@ -214,7 +214,7 @@ def smoke_config(out: str | Path, device: str = "cpu", tasks_dir: str | Path | N
         rl=RLSettings(steps=3, num_generations=4, prompts_per_step=1, max_completion_length=256,
                       temperature=1.0, top_p=0.8, learning_rate=1e-3, save_steps=1, max_failures=0),
         evaluator=EvaluatorSettings(devices=(device,), eval=dict(
-            correctness_trials=2, warmup=1, timing_rounds=2, calls_per_round=5, input_sets=2,
+            correctness_trials=2, warmup=1, timing_rounds=2, timing_precision=0, calls_per_round=5, input_sets=2,
             timeout_s=120.0, build_timeout_s=100.0)),
     )
 
