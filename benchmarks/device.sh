@@ -24,7 +24,7 @@ for step in "$@"; do
     sanity) nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv
             python3 -c "import torch, triton, openai, trl; print(torch.__version__, triton.__version__, torch.cuda.get_device_name())";;
     confine) timeout "$STEP_S" python3 benchmarks/confine_probe.py | tee "$RES/confine_probe.txt";;
-    gputests) timeout "$STEP_S" python3 -m pytest -q -m gpu -p no:cacheprovider --durations=25 ${TESTS:-tests} 2>&1 | tee "$RES/gpu_tests${LANE:+_$LANE}.log" | tail -25;;
+    gputests) KERNELRL_INSTAFAIL=1 timeout "$STEP_S" python3 -m pytest -v -m gpu -p no:cacheprovider --durations=25 ${TESTS:-tests} 2>&1 | tee "$RES/gpu_tests${LANE:+_$LANE}.log" | tail -25;;
     eval) timeout "$STEP_S" python3 benchmarks/eval_overhead.py "$RES/eval" --repeats 5 2>&1 | tail -20;;
     suite) timeout "$STEP_S" python3 benchmarks/suite_device.py "$RES/suite" --time-budget-s $((STEP_S - 60)) \
              ${SUITE_ONLY:+--only "$SUITE_ONLY"} 2>&1 | tail -25;;

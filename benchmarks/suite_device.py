@@ -37,7 +37,12 @@ def main() -> None:
     ap.add_argument("--time-budget-s", type=float, default=480.0, help="start no new task after this long (s)")
     ap.add_argument("--no-compile", action="store_true", help="skip torch.compile timings of the references")
     ap.add_argument("--only", default="", help="comma-separated task names (e.g. level1/softmax_fp32)")
+    ap.add_argument("--device-name", default="", help="with --report-from: the GPU's name, when no summary.json")
+    ap.add_argument("--report-from", type=Path, nargs="*", default=None,
+                    help="no run: rebuild OUT_DIR's reports from these results.jsonl files (later lines win)")
     args = ap.parse_args()
+    if args.report_from is not None:
+        return report_from(args)
 
     start = time.monotonic()
     devices = tuple(d for d in args.device.split(",") if d) or tuple(
@@ -53,6 +58,9 @@ def main() -> None:
                          compiled_references=not args.no_compile)
     cache = BaselineCache(eval_cfg.cache_path / "bench" / "baselines.sqlite")
     log = (args.out / "results.jsonl").open("w")
+    start_summary = summary_dict([], "eager", devices=devices, suite=str(args.suite),
+                                 device_names=tuple(dict.fromkeys(device_name(d) for d in devices)))
+    (args.out / "run.json").write_text(json.dumps({k: start_summary[k] for k in ("device_names", "software")}))
 
     def record(r):
         log.write(json.dumps(r.to_dict()) + "\n")
@@ -76,6 +84,37 @@ def main() -> None:
     print(f"done in {time.monotonic() - start:.0f} s; {len(missed)} tasks not reached")
     if missed:
         print("continue with: --only " + ",".join(missed))
+
+
+def report_from(args) -> None:
+    """Rebuild the reports from the results.jsonl of one or more runs (a run cut short keeps its lines)."""
+    from kernelrl.bench.result import TaskResult
+
+    by_task = {}
+    for path in args.report_from:
+        for line in path.read_text().splitlines():
+            if line.strip():
+                r = TaskResult.from_dict(json.loads(line))
+                by_task[r.task] = r
+    results = sorted(by_task.values(), key=lambda r: r.task)
+    devices = tuple(sorted({r.device for r in results}))
+    args.out.mkdir(parents=True, exist_ok=True)
+    names, software = [], None  # as the runs recorded them in summary.json, when they got that far
+    for path in args.report_from:
+        meta = path.parent / "run.json"
+        if meta.exists():
+            run = json.loads(meta.read_text())
+            names += run.get("device_names", [])
+            software = run.get("software", software)
+    summary = summary_dict(results, "eager", devices=devices, suite=str(args.suite),
+                           device_names=tuple(dict.fromkeys(names or [args.device_name])))
+    if software:
+        summary["software"] = software
+    write_report(results, summary, args.out)
+    write_references(results, args.out)
+    with (args.out / "results.jsonl").open("w") as f:
+        f.writelines(json.dumps(r.to_dict()) + "\n" for r in results)
+    print(json.dumps({k: summary[k] for k in ("total", "correct", "fast_p", "geomean_speedup", "counts")}))
 
 
 def write_references(results, out: Path) -> None:

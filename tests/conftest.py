@@ -14,3 +14,9 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+def pytest_runtest_logreport(report):
+    """With KERNELRL_INSTAFAIL=1, print a failure as it happens (a run cut short by a time limit keeps it)."""
+    if report.failed and os.environ.get("KERNELRL_INSTAFAIL"):
+        print(f"\n--- FAILED {report.nodeid} ({report.when})\n{report.longreprtext[-4000:]}\n", flush=True)

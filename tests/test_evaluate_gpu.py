@@ -12,7 +12,7 @@ DATA = Path(__file__).parent / "data" / "eval_gpu"
 
 @pytest.fixture(scope="module")
 def ev(tmp_path_factory):
-    cfg = EvalConfig(device="cuda", timing_rounds=3, calls_per_round=10, timeout_s=300,
+    cfg = EvalConfig(device="cuda", timing_rounds=3, timing_precision=0, calls_per_round=10, timeout_s=300,
                      cache_dir=str(tmp_path_factory.mktemp("cache")))
     with Evaluator(cfg) as e:
         yield e

@@ -99,19 +99,23 @@ def test_unknown_proposers_are_refused_with_the_known_names():
         resolve(["reference", "turbo"])
 
 
+@pytest.fixture(scope="module")
+def gpu_ev(tmp_path_factory):
+    with Evaluator(EvalConfig(device="cuda", cache_dir=str(tmp_path_factory.mktemp("cache")), **FAST)) as ev:
+        yield ev
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("name", ["cuda-graph", "compile-reduce-overhead", "compile", "cudnn-benchmark",
                                   "channels-last"])
-def test_cuda_proposers_are_judged_correct_on_the_gpu(name, tmp_path):
+def test_cuda_proposers_are_judged_correct_on_the_gpu(name, gpu_ev):
     task = Task.from_source(CONV if name in ("cudnn-benchmark", "channels-last") else MLP, name="t")
-    with Evaluator(EvalConfig(device="cuda", cache_dir=str(tmp_path))) as ev:
-        v = ev.evaluate(task, Candidate.from_source(PROPOSERS[name].propose(task)))
+    v = gpu_ev.evaluate(task, Candidate.from_source(PROPOSERS[name].propose(task)))
     assert v.status == "ok", v.message + repr(v.flags)
 
 
 @pytest.mark.gpu
-def test_the_cuda_graph_wrapper_of_an_earlier_candidate_is_judged_correct(tmp_path):
+def test_the_cuda_graph_wrapper_of_an_earlier_candidate_is_judged_correct(gpu_ev):
     task = Task.from_source(CONV, name="conv_relu")
-    with Evaluator(EvalConfig(device="cuda", cache_dir=str(tmp_path))) as ev:
-        v = ev.evaluate(task, Candidate.from_source(PROPOSERS["cuda-graph"].propose_on(CONV_CANDIDATE)))
+    v = gpu_ev.evaluate(task, Candidate.from_source(PROPOSERS["cuda-graph"].propose_on(CONV_CANDIDATE)))
     assert v.status == "ok", v.message + repr(v.flags)

@@ -19,6 +19,7 @@ import traceback
 from kernelrl.evaluate import buildlog, tamper
 
 SAMPLES_PER_OUTPUT = 2048  # output elements compared per timed call
+LATENCY_EVERY = 4  # CUDA: one timed call in this many measures per-call latency (host launch to device idle)
 
 
 class Harness:
@@ -297,21 +298,29 @@ class Harness:
             for i in range(op["calls"]):
                 xs = self.fresh(base, op["perm_seed"] + i)
                 if self.cuda:
-                    if op.get("flush", True):
-                        self._flush_buf.zero_()
-                        self._l2.reset_persisting_l2()
+                    # Device-time calls queue the program behind the L2 flush, so the events bracket its device
+                    # work rather than the host's launch jitter (host work beyond the flush's length still
+                    # counts); every LATENCY_EVERY-th call starts on an idle device and gives the per-call latency.
+                    latency = i % LATENCY_EVERY == LATENCY_EVERY - 1
                     self._sync()
+                    if op.get("flush", True):
+                        self._l2.reset_persisting_l2()  # before the flush: a driver call may wait for the device
+                        self._flush_buf.zero_()
+                    if latency:
+                        self._sync()
                     start, end = self._Event(enable_timing=True), self._Event(enable_timing=True)
-                    w0 = self._perf()
                     start.record()
+                    w0 = self._perf()
                     out = model(*xs)
                     end.record()
                     end.synchronize()
                     q0 = self._perf()
                     self._sync()  # device-wide: work hidden on other streams shows up here
                     w1 = self._perf()
-                    times.append(start.elapsed_time(end) * 1e3)
-                    walls.append((w1 - w0) * 1e6)
+                    if latency:
+                        walls.append((w1 - w0) * 1e6)
+                    else:
+                        times.append(start.elapsed_time(end) * 1e3)
                     quiet.append((w1 - q0) * 1e6)
                 else:
                     w0 = self._perf()
