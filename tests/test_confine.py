@@ -164,3 +164,18 @@ def test_cache_folders_cannot_be_imported(tmp_path):
     r = run_confined(tmp_path, "result = sorted(os.listdir(sys.argv[1]))")
     caches = [n for n in r["result"] if n not in ("home", "tmp")]
     assert caches and not any(n.isidentifier() for n in caches)
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity") or len(os.sched_getaffinity(0)) < 2,
+                    reason="needs CPU affinity and two cores")
+def test_a_worker_can_be_pinned_to_named_cores(tmp_path):
+    from kernelrl.evaluate.evaluator import HARNESS
+    from kernelrl.sandbox.process import Worker
+
+    core = max(os.sched_getaffinity(0))
+    w = Worker(HARNESS, scratch_root=tmp_path, confine=False, cpus=[core],
+               init={"role": "reference", "device": "cpu"})
+    try:
+        assert os.sched_getaffinity(w.proc.pid) == {core}
+    finally:
+        w.close()

@@ -79,6 +79,34 @@ class _Phases:
         return dict(self.seen)
 
 
+def worker_cpus(device: torch.device, per_device: int = 2) -> list[int] | None:
+    """CPU cores for a CUDA device's workers: `per_device` cores beside the GPU (its NUMA node's, when the
+    system says which), a different pair for each device index. The reference and candidate workers share them,
+    so both timings carry launch overhead from the same cores. None on CPU or where affinity is unavailable."""
+    if device.type != "cuda" or not hasattr(os, "sched_getaffinity"):
+        return None
+    allowed = sorted(os.sched_getaffinity(0))
+    local = allowed
+    try:
+        p = torch.cuda.get_device_properties(device)
+        pci = f"{p.pci_domain_id:04x}:{p.pci_bus_id:02x}:{p.pci_device_id:02x}.0"
+        text = Path(f"/sys/bus/pci/devices/{pci}/local_cpulist").read_text().strip()
+        listed = {c for part in text.split(",") if part for c in _cpu_range(part)}
+        local = [c for c in allowed if c in listed] or allowed
+    except (AttributeError, OSError, ValueError):
+        pass
+    if len(local) < 2 * per_device:
+        return None  # too few cores to set any aside
+    index = device.index or 0
+    start = (index * per_device) % (len(local) - per_device + 1)
+    return local[start:start + per_device]
+
+
+def _cpu_range(part: str) -> range:
+    lo, _, hi = part.partition("-")
+    return range(int(lo), int(hi or lo) + 1)
+
+
 def _relative_stderr(ratios: list[float]) -> float:
     """Standard error of the mean of per-round speedups, relative to it (inf with fewer than two rounds)."""
     if len(ratios) < 2:
@@ -106,6 +134,7 @@ class Evaluator:
         self._cpu_peaks = None
         self._phases = _Phases()
         self._spare: tuple[Worker, Path] | None = None
+        self._cpus = worker_cpus(self.device)
 
     # -- public -------------------------------------------------------------------------------------------
     def evaluate(self, task: Task, candidate: Candidate) -> Verdict:
@@ -172,7 +201,7 @@ class Evaluator:
         memory = int(self.config.memory_limit_gb * 2**30) if self.device.type == "cpu" else 0
         init = dict(init, device=str(self.device), writable=[str(build_dir)])
         return Worker(HARNESS, scratch_root=self.cache / "scratch", writable=[build_dir],
-                      confine=self.config.confine, memory_bytes=memory, env=env, init=init)
+                      confine=self.config.confine, memory_bytes=memory, env=env, init=init, cpus=self._cpus)
 
     def _reference(self, task: Task) -> tuple[Worker, dict]:
         key = task.digest

@@ -19,7 +19,6 @@ import traceback
 from kernelrl.evaluate import buildlog, tamper
 
 SAMPLES_PER_OUTPUT = 2048  # output elements compared per timed call
-LATENCY_EVERY = 4  # CUDA: one timed call in this many measures per-call latency (host launch to device idle)
 
 
 class Harness:
@@ -298,29 +297,23 @@ class Harness:
             for i in range(op["calls"]):
                 xs = self.fresh(base, op["perm_seed"] + i)
                 if self.cuda:
-                    # Device-time calls queue the program behind the L2 flush, so the events bracket its device
-                    # work rather than the host's launch jitter (host work beyond the flush's length still
-                    # counts); every LATENCY_EVERY-th call starts on an idle device and gives the per-call latency.
-                    latency = i % LATENCY_EVERY == LATENCY_EVERY - 1
-                    self._sync()
+                    # The device is idle when the start event is recorded: nothing the program launches, on any
+                    # stream, can run before it (work queued behind a prelude could hide under the prelude).
                     if op.get("flush", True):
-                        self._l2.reset_persisting_l2()  # before the flush: a driver call may wait for the device
+                        self._l2.reset_persisting_l2()
                         self._flush_buf.zero_()
-                    if latency:
-                        self._sync()
+                    self._sync()
                     start, end = self._Event(enable_timing=True), self._Event(enable_timing=True)
-                    start.record()
                     w0 = self._perf()
+                    start.record()
                     out = model(*xs)
                     end.record()
                     end.synchronize()
                     q0 = self._perf()
                     self._sync()  # device-wide: work hidden on other streams shows up here
                     w1 = self._perf()
-                    if latency:
-                        walls.append((w1 - w0) * 1e6)
-                    else:
-                        times.append(start.elapsed_time(end) * 1e3)
+                    times.append(start.elapsed_time(end) * 1e3)
+                    walls.append((w1 - w0) * 1e6)
                     quiet.append((w1 - q0) * 1e6)
                 else:
                     w0 = self._perf()
