@@ -166,16 +166,17 @@ def test_cache_folders_cannot_be_imported(tmp_path):
     assert caches and not any(n.isidentifier() for n in caches)
 
 
+
 @pytest.mark.skipif(not hasattr(os, "sched_setaffinity") or len(os.sched_getaffinity(0)) < 2,
                     reason="needs CPU affinity and two cores")
-def test_a_worker_can_be_pinned_to_named_cores(tmp_path):
-    from kernelrl.evaluate.evaluator import HARNESS
-    from kernelrl.sandbox.process import Worker
+def test_a_worker_moves_onto_the_cores_set_aside_for_timing(tmp_path):
+    from kernelrl.evaluate.harness import Harness
 
-    core = max(os.sched_getaffinity(0))
-    w = Worker(HARNESS, scratch_root=tmp_path, confine=False, cpus=[core],
-               init={"role": "reference", "device": "cpu"})
+    before = os.sched_getaffinity(0)
+    core = max(before)
+    h = Harness({"role": "reference", "device": "cpu", "cpus": [core]}, {}, str(tmp_path))
     try:
-        assert os.sched_getaffinity(w.proc.pid) == {core}
+        h.pin()
+        assert os.sched_getaffinity(0) == {core}
     finally:
-        w.close()
+        os.sched_setaffinity(0, before)

@@ -71,12 +71,11 @@ def test_graph_replay_is_timed_when_both_programs_capture(ev, task):
     assert v.graph_speedup and v.graph_speedup > 0
 
 
-def test_reference_and_candidate_workers_share_cores_beside_the_gpu(ev, task):
+def test_the_reference_worker_times_on_the_cores_beside_the_gpu(ev, task):
     import os
 
     assert judge(ev, task, "softmax_triton").status == "ok"
     if not ev._cpus:
         pytest.skip("this machine has too few cores (or no affinity) to set any aside")
     ref = next(iter(ev._refs.values()))[0]
-    assert os.sched_getaffinity(ref.proc.pid) == set(ev._cpus)
-    assert ev._spare is not None and os.sched_getaffinity(ev._spare[0].proc.pid) == set(ev._cpus)
+    assert os.sched_getaffinity(ref.proc.pid) == set(ev._cpus)  # it has timed; builds ran on every core

@@ -80,9 +80,10 @@ class _Phases:
 
 
 def worker_cpus(device: torch.device, per_device: int = 2) -> list[int] | None:
-    """CPU cores for a CUDA device's workers: `per_device` cores beside the GPU (its NUMA node's, when the
-    system says which), a different pair for each device index. The reference and candidate workers share them,
-    so both timings carry launch overhead from the same cores. None on CPU or where affinity is unavailable."""
+    """CPU cores for a CUDA device's workers to time on: `per_device` cores beside the GPU (its NUMA node's, when
+    the system says which), a different pair for each device index. The reference and candidate workers share
+    them, so both timings carry launch overhead from the same cores; builds run before, on every core. None on
+    CPU or where affinity is unavailable."""
     if device.type != "cuda" or not hasattr(os, "sched_getaffinity"):
         return None
     allowed = sorted(os.sched_getaffinity(0))
@@ -199,9 +200,9 @@ class Evaluator:
                "TORCHINDUCTOR_CACHE_DIR": str(build_dir / "inductor"),
                "CUDA_CACHE_PATH": str(build_dir / "cuda")}
         memory = int(self.config.memory_limit_gb * 2**30) if self.device.type == "cpu" else 0
-        init = dict(init, device=str(self.device), writable=[str(build_dir)])
+        init = dict(init, device=str(self.device), writable=[str(build_dir)], cpus=self._cpus)
         return Worker(HARNESS, scratch_root=self.cache / "scratch", writable=[build_dir],
-                      confine=self.config.confine, memory_bytes=memory, env=env, init=init, cpus=self._cpus)
+                      confine=self.config.confine, memory_bytes=memory, env=env, init=init)
 
     def _reference(self, task: Task) -> tuple[Worker, dict]:
         key = task.digest

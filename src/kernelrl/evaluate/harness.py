@@ -281,9 +281,19 @@ class Harness:
         self._sync()
         return {"type": "compiled"}, None
 
+    def pin(self) -> None:
+        """Move onto the cores the evaluator set aside for timing (after any build, which uses every core)."""
+        cpus = self.init.get("cpus")
+        if cpus and hasattr(os, "sched_setaffinity") and os.sched_getaffinity(0) != set(cpus):
+            try:
+                os.sched_setaffinity(0, cpus)
+            except OSError:
+                pass  # a container may forbid it; timing then runs wherever the scheduler puts it
+
     def op_time(self, op):
-        """Time `len(scales)` calls, each on freshly rescaled inputs, and return sampled outputs of each."""
+        """Time `op["calls"]` calls, each on a fresh permutation of the inputs; return sampled outputs of each."""
         torch = self.torch
+        self.pin()
         model = self.compiled if op.get("compiled") else self.model
         base = self.base_inputs(op["seed"])
         with self._no_grad():
@@ -383,6 +393,7 @@ class Harness:
     def op_graph(self, op):
         """Capture one call in a CUDA graph, then time replays on fresh inputs copied into its buffers."""
         torch = self.torch
+        self.pin()
         if not self.cuda:
             return {"type": "graph", "unavailable": "CUDA graphs need a CUDA device"}, None
         base = self.base_inputs(op["seed"])

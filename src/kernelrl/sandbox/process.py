@@ -52,8 +52,7 @@ class Worker:
     """One spawned worker process; `request` sends an op and waits for its reply."""
 
     def __init__(self, entry: str, *, scratch_root: Path, writable: list[Path] = (), confine: bool = True,
-                 memory_bytes: int = 0, env: dict[str, str] | None = None, init: dict | None = None,
-                 cpus: list[int] | None = None):
+                 memory_bytes: int = 0, env: dict[str, str] | None = None, init: dict | None = None):
         scratch_root.mkdir(parents=True, exist_ok=True)
         self.scratch = Path(tempfile.mkdtemp(prefix="w-", dir=scratch_root))
         parent_sock, child_sock = socket.socketpair()
@@ -65,11 +64,6 @@ class Worker:
             cmd, cwd=self.scratch, env=worker_env(self.scratch, env), stdin=subprocess.DEVNULL,
             stdout=self._log, stderr=subprocess.STDOUT, pass_fds=(child_sock.fileno(),), start_new_session=True)
         child_sock.close()
-        if cpus and hasattr(os, "sched_setaffinity"):
-            try:
-                os.sched_setaffinity(self.proc.pid, cpus)
-            except OSError:
-                pass  # a container may forbid it; the worker then runs wherever the scheduler puts it
         self.conn = Connection(parent_sock.detach())
         self.started = time.monotonic()
 
