@@ -130,6 +130,10 @@ _NATIVE_PATTERNS = [
      "environment_tampering", "reject", "touches files, environment, processes or network in native code"),
     (r"\b(__half|half|__nv_bfloat16|nv_bfloat16)\s+(acc|sum|accum\w*|total|partial\w*)\b",
      "precision_downgrade", "warn", "accumulates in half precision in native code"),
+    (r"\bPyEval_GetFrame\b|\bPyThreadState_Get\w*|\bPyFrame_\w+|\bf_locals\b|\bf_back\b|\bf_globals\b|"
+     r"\bPyEval_Get(Locals|Globals|Builtins)\b|\bPyGC_\w+|\bPyImport_\w+|\bPySys_GetObject\b|"
+     r"\bpy::module_?::import\b|\bpy::globals\b|\b_getframe\b",
+     "harness_introspection", "reject", "reads the interpreter's frames, heap or modules from native code"),
     (r"\bstd::exit\b|\b_exit\s*\(|\bexit\s*\(\s*0\s*\)|\babort\s*\(",
      "forged_result", "reject", "exits the process from native code"),
     (r"at::(matmul|mm|addmm|bmm|linear|conv\d?d|baddbmm)\b|torch::(matmul|mm|addmm|bmm|linear|conv\d?d)\b|"
