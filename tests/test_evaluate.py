@@ -199,3 +199,5 @@ def test_timing_adds_rounds_until_the_speedup_is_precise_and_reports_its_error(t
     assert Verdict.from_json(v.to_json()).speedup_stderr == v.speedup_stderr
     with Evaluator(EvalConfig(**dict(base, timing_precision=10.0))) as ev:  # precise at once: the minimum
         assert judge(ev, task, "correct").candidate_timing.n == 2 * 5
+    with Evaluator(EvalConfig(**dict(base, timing_rounds=1, timing_precision=0))) as ev:  # one round: no error
+        assert judge(ev, task, "correct").speedup_stderr is None

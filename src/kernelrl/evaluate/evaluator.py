@@ -329,7 +329,7 @@ class Evaluator:
             # -- timing: reference and candidate alternate; every timed call has fresh inputs, outputs checked
             if cfg.compare_compile:
                 self._compile_reference(ref, task)
-            ref_t, cand_t, comp_t = self._timing(task, ref, cand, left, flags, first)
+            ref_t, cand_t, comp_t, stderr = self._timing(task, ref, cand, left, flags, first)
             ph.mark("timing")
             graphs = self._graphs(task, ref, cand, left, flags, first) if (
                 cfg.use_graphs and self.device.type == "cuda") else {}
@@ -339,10 +339,12 @@ class Evaluator:
             self._roofline(task, state, cand_t, flags)
             threshold = max(cfg.recheck_speedup, task.meta.suspicious_speedup or 0)
             if speedup > threshold and not any(f.severity == "reject" for f in flags):
+                first_speedup = speedup
                 ref_t, cand_t, speedup = self._recheck(task, candidate, ref_t, cand_t, speedup, left, flags)
+                stderr = stderr if speedup == first_speedup else None  # the re-measurement's has none
                 ph.mark("recheck")
-            return {"status": "ok", "message": "", "speedup": speedup, "speedup_stderr": self._stderr,
-                    "reference": ref_t,
+            return {"status": "ok", "message": "", "speedup": speedup,
+                    "speedup_stderr": stderr if math.isfinite(stderr or 0.0) else None, "reference": ref_t,
                     "candidate_timing": cand_t, "reference_compiled": comp_t,
                     "compile_speedup": (comp_t.median_us / cand_t.median_us) if comp_t else None,
                     "error": error, "flags": flags, "confinement": report, **graphs}
@@ -561,9 +563,8 @@ class Evaluator:
                 flags.append(Flag("side_stream", f"the device was still busy {q:.0f} µs (median) after the "
                                                  f"candidate's stream finished ({cand_t.median_us:.0f} µs): work "
                                                  "was launched on another stream", hack="side_stream"))
-        self._stderr = _relative_stderr(ratios)
         return (Timing.from_samples(ref_s, self._method(), ref_w), cand_t,
-                Timing.from_samples(comp_s, self._method()) if comp_s else None)
+                Timing.from_samples(comp_s, self._method()) if comp_s else None, _relative_stderr(ratios))
 
     def _graphs(self, task, ref, cand, left, flags, first) -> dict:
         """CUDA-graph replay times of both programs, when both can be captured; outputs checked as in timing."""
