@@ -2,7 +2,9 @@
 # One device call: install the carried wheels, then run the named steps; everything lands in $OUT/results.tgz.
 # Usage on the GPU machine:  STEP_S=150 bash benchmarks/device.sh STEP [STEP ...]
 #   steps: sanity confine gputests eval suite optimize train gemm
-#   SUITE_ONLY=level1/a,level2/b limits the suite step; STEP_S bounds each step (seconds).
+#   SUITE_ONLY=level1/a,level2/b limits the suite step; STEP_S bounds each step (seconds); TESTS names the test
+#   files (or node ids) of the gputests step. On a machine with several GPUs, run copies side by side, one per
+#   GPU: CUDA_VISIBLE_DEVICES=1 LANE=b bash benchmarks/device.sh gputests &  (LANE keeps their logs apart).
 # Carry .whl (openai and its needs, trl, datasets, nvidia-cutlass) and, for gemm, .kernelrl-cache.
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; RES="$OUT/res"; mkdir -p "$RES"
