@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 
 from kernelrl.bench.baselines import BaselineCache, device_name
-from kernelrl.bench.report import summary_dict, write_report
+from kernelrl.bench.report import software, summary_dict, write_report
 from kernelrl.bench.runner import BenchConfig, run_suite
 from kernelrl.bench.suite import discover
 from kernelrl.evaluate import EvalConfig
@@ -58,9 +58,8 @@ def main() -> None:
                          compiled_references=not args.no_compile)
     cache = BaselineCache(eval_cfg.cache_path / "bench" / "baselines.sqlite")
     log = (args.out / "results.jsonl").open("w")
-    start_summary = summary_dict([], "eager", devices=devices, suite=str(args.suite),
-                                 device_names=tuple(dict.fromkeys(device_name(d) for d in devices)))
-    (args.out / "run.json").write_text(json.dumps({k: start_summary[k] for k in ("device_names", "software")}))
+    (args.out / "run.json").write_text(json.dumps({"device_names": list(dict.fromkeys(map(device_name, devices))),
+                                                   "software": software()}))
 
     def record(r):
         log.write(json.dumps(r.to_dict()) + "\n")

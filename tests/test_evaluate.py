@@ -201,3 +201,15 @@ def test_timing_adds_rounds_until_the_speedup_is_precise_and_reports_its_error(t
         assert judge(ev, task, "correct").candidate_timing.n == 2 * 5
     with Evaluator(EvalConfig(**dict(base, timing_rounds=1, timing_precision=0))) as ev:  # one round: no error
         assert judge(ev, task, "correct").speedup_stderr is None
+
+
+def test_timing_cores_come_from_the_gpus_local_list_a_pair_per_device():
+    from kernelrl.evaluate.evaluator import pick_cores
+
+    allowed = set(range(16))
+    assert pick_cores(allowed, "8-11,14\n", 0) == [8, 9]
+    assert pick_cores(allowed, "8-11,14\n", 1) == [10, 11]
+    assert pick_cores(allowed, "", 1) == [2, 3]            # no list: any allowed cores
+    assert pick_cores(allowed, "32-47", 0) == [0, 1]       # a list naming no allowed core is ignored
+    assert pick_cores(allowed, "not a list", 0) == [0, 1]
+    assert pick_cores({0, 1, 2}, "", 0) is None             # too few cores to set two aside

@@ -18,15 +18,19 @@ CSV_FIELDS = ("task", "level", "status", "speedup", "eager_speedup", "compile_sp
               "reference_compiled_us", "candidate_us", "device", "candidate", "message")
 
 
+def software() -> dict:
+    """The versions a run's numbers depend on."""
+    return {"kernelrl": kernelrl.__version__, "torch": torch.__version__, "cuda": torch.version.cuda,
+            "python": platform.python_version()}
+
+
 def summary_dict(results: list[TaskResult], baseline: str, devices: tuple[str, ...] = (),
                  suite: str = "", device_names: tuple[str, ...] = ()) -> dict:
     """The one JSON object a bench run reports: overall metrics, per-level metrics and per-task results."""
     overall = summarize(results)
     d = overall.to_dict()
     d.update(
-        baseline=baseline, suite=suite, devices=list(devices), device_names=list(device_names),
-        software={"kernelrl": kernelrl.__version__, "torch": torch.__version__, "cuda": torch.version.cuda,
-                  "python": platform.python_version()},
+        baseline=baseline, suite=suite, devices=list(devices), device_names=list(device_names), software=software(),
         levels={lvl: s.to_dict() for lvl, s in by_level(results).items()},
         tasks=[r.to_dict() for r in results],
     )

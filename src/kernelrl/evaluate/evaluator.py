@@ -86,26 +86,29 @@ def worker_cpus(device: torch.device, per_device: int = 2) -> list[int] | None:
     CPU or where affinity is unavailable."""
     if device.type != "cuda" or not hasattr(os, "sched_getaffinity"):
         return None
-    allowed = sorted(os.sched_getaffinity(0))
-    local = allowed
+    cpulist = ""
     try:
         p = torch.cuda.get_device_properties(device)
         pci = f"{p.pci_domain_id:04x}:{p.pci_bus_id:02x}:{p.pci_device_id:02x}.0"
-        text = Path(f"/sys/bus/pci/devices/{pci}/local_cpulist").read_text().strip()
-        listed = {c for part in text.split(",") if part for c in _cpu_range(part)}
-        local = [c for c in allowed if c in listed] or allowed
-    except (AttributeError, OSError, ValueError):
+        cpulist = Path(f"/sys/bus/pci/devices/{pci}/local_cpulist").read_text()
+    except (AttributeError, OSError):
         pass
+    return pick_cores(os.sched_getaffinity(0), cpulist, device.index or 0, per_device)
+
+
+def pick_cores(allowed, cpulist: str, index: int, per_device: int = 2) -> list[int] | None:
+    """`per_device` of the `allowed` cores for device `index`, from the GPU's local `cpulist` ("0-15,32-47")
+    where it names any allowed core; None when fewer than two devices' worth of cores are available."""
+    try:
+        listed = {c for part in cpulist.strip().split(",") if part
+                  for c in range(int(part.partition("-")[0]), int(part.partition("-")[2] or part) + 1)}
+    except ValueError:
+        listed = set()
+    local = sorted(c for c in allowed if c in listed) or sorted(allowed)
     if len(local) < 2 * per_device:
         return None  # too few cores to set any aside
-    index = device.index or 0
     start = (index * per_device) % (len(local) - per_device + 1)
     return local[start:start + per_device]
-
-
-def _cpu_range(part: str) -> range:
-    lo, _, hi = part.partition("-")
-    return range(int(lo), int(hi or lo) + 1)
 
 
 def _relative_stderr(ratios: list[float]) -> float:
