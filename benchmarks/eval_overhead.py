@@ -47,25 +47,28 @@ def main():
                 t0 = time.monotonic()
                 v = ev.evaluate(task, cand)
                 runs.append({"seconds": time.monotonic() - t0, "status": v.status, "speedup": v.speedup,
-                             "speedup_stderr": v.speedup_stderr, "graph_speedup": v.graph_speedup,
+                             "speedup_method": v.speedup_method, "speedup_stderr": v.speedup_stderr,
+                             "latency_speedup": v.latency_speedup, "graph_speedup": v.graph_speedup,
                              "timed_calls": v.candidate_timing.n if v.candidate_timing else None,
                              "ref_us": v.reference.median_us if v.reference else None,
                              "cand_us": v.candidate_timing.median_us if v.candidate_timing else None,
                              "phases": v.phases})
-        sp = [r["speedup"] for r in runs if r["speedup"]]
-        med = statistics.median(sp) if sp else float("nan")
-        gsp = [r["graph_speedup"] for r in runs if r["graph_speedup"]]
         rows.append({"task": task.name, "candidate": Path(cand_path).stem, "cold_status": cold.status,
                      "cold_phases": cold.phases,
                      "cold_seconds": cold_s, "warm_seconds_median": statistics.median(r["seconds"] for r in runs),
-                     "warm_seconds_max": max(r["seconds"] for r in runs), "speedups": sp,
-                     "speedup_median": med, "speedup_spread": (max(sp) - min(sp)) / med if sp else None,
-                     "graph_speedup_median": statistics.median(gsp) if gsp else None,
-                     "graph_speedup_spread": (max(gsp) - min(gsp)) / statistics.median(gsp) if gsp else None,
-                     "runs": runs})
+                     "warm_seconds_max": max(r["seconds"] for r in runs),
+                     "methods": sorted({r["speedup_method"] or "" for r in runs}),
+                     **spread(runs, "speedup"), **spread(runs, "latency_speedup"), "runs": runs})
         print(json.dumps({k: v for k, v in rows[-1].items() if k != "runs"}, indent=1))
         print("warm phases:", [r["phases"] for r in runs])
         write(args, rows)
+
+
+def spread(runs: list[dict], key: str) -> dict:
+    """`key`s of the runs, their median and spread ((max - min) / median)."""
+    xs = [r[key] for r in runs if r[key]]
+    med = statistics.median(xs) if xs else None
+    return {f"{key}s": xs, f"{key}_median": med, f"{key}_spread": (max(xs) - min(xs)) / med if xs else None}
 
 
 def write(args, rows):
@@ -75,19 +78,23 @@ def write(args, rows):
     lines = [f"# Evaluator overhead and repeatability ({env['device']}, torch {env['torch']}, {env['date']})", "",
              "Each candidate evaluated once cold (build + reference worker start), then "
              f"{args.repeats} times warm. Spread = (max − min) / median of the warm speedups.", "",
-             "Graph = both programs captured in CUDA graphs and replayed (device time only).", "",
-             "| task | candidate | cold s | warm s (median / max) | speedup median | spread | graph speedup | "
-             "graph spread |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+             "Speedup = the verdict's `speedup`, by its method (cuda_graph: device time, both programs replayed "
+             "from CUDA graphs). Latency = eager calls between events on an idle device, launch work included.", "",
+             "| task | candidate | cold s | warm s (median / max) | method | speedup median | spread | "
+             "latency speedup | latency spread |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
 
     def pct(x):
         return f"{100 * x:.2f}%" if x is not None else "n/a"
 
+    def x(v):
+        return f"{v:.3f}" if v else "n/a"
+
     for r in rows:
-        g = r.get("graph_speedup_median")
         lines.append(f"| {r['task']} | {r['candidate']} | {r['cold_seconds']:.1f} | "
-                     f"{r['warm_seconds_median']:.1f} / {r['warm_seconds_max']:.1f} | {r['speedup_median']:.3f} | "
-                     f"{pct(r['speedup_spread'])} | {f'{g:.3f}' if g else 'n/a'} | {pct(r.get('graph_speedup_spread'))} |")
+                     f"{r['warm_seconds_median']:.1f} / {r['warm_seconds_max']:.1f} | {', '.join(r['methods'])} | "
+                     f"{x(r['speedup_median'])} | {pct(r['speedup_spread'])} | {x(r['latency_speedup_median'])} | "
+                     f"{pct(r['latency_speedup_spread'])} |")
     (args.out / "eval_overhead.md").write_text("\n".join(lines) + "\n")
 
 

@@ -87,28 +87,46 @@ def test_a_failed_result_cannot_carry_a_speedup():
         TaskResult(task="t", level="", status="no_such_status")
 
 
+def _t(us: float, method: str = "perf_counter") -> Timing:
+    return Timing.from_samples([us, us], method)
+
+
 def test_task_result_round_trips_through_json_with_its_verdict():
-    v = Verdict(status="ok", task="t", speedup=1.5, reference=Timing.from_samples([3.0, 3.0], "perf_counter"))
-    r = from_verdict("level1/t", "level1", v, "eager", reference_us=3.0)
+    v = Verdict(status="ok", task="t", speedup=1.5, speedup_method="perf_counter", reference=_t(3.0))
+    r = from_verdict("level1/t", "level1", v, "eager", reference=_t(3.0))
     assert TaskResult.from_dict(json.loads(json.dumps(r.to_dict()))) == r
+    assert r.method == "perf_counter" and r.reference_us == 3.0
 
 
 def test_compile_speedup_is_derived_from_the_reference_times_when_the_verdict_has_none():
-    v = Verdict(status="ok", task="t", speedup=2.0)
-    r = from_verdict("t", "", v, "compile", reference_us=100.0, reference_compiled_us=50.0)
+    v = Verdict(status="ok", task="t", speedup=2.0, speedup_method="perf_counter")
+    r = from_verdict("t", "", v, "compile", reference=_t(100.0), reference_compiled=_t(50.0))
     assert r.compile_speedup == pytest.approx(1.0) and r.speedup == pytest.approx(1.0)
     assert r.eager_speedup == pytest.approx(2.0)
 
 
+def test_no_compile_speedup_is_derived_across_timing_methods():
+    # A device-time speedup scaled by a ratio of per-call latencies would mix two different measures.
+    v = Verdict(status="ok", task="t", speedup=2.0, speedup_method="cuda_graph",
+                reference_graph=_t(90.0, "cuda_graph"), candidate_graph=_t(45.0, "cuda_graph"))
+    r = from_verdict("t", "", v, "compile", reference=_t(100.0, "cuda_events"),
+                     reference_compiled=_t(50.0, "cuda_events"))
+    assert r.compile_speedup is None and r.speedup is None and r.eager_speedup == pytest.approx(2.0)
+    assert r.method == "cuda_graph" and r.reference_us == 90.0 and r.candidate_us == 45.0
+    same = from_verdict("t", "", v, "compile", reference=_t(100.0, "cuda_graph"),
+                        reference_compiled=_t(50.0, "cuda_graph"))
+    assert same.compile_speedup == pytest.approx(1.0)
+
+
 def test_the_verdicts_own_compile_speedup_wins():
-    v = Verdict(status="ok", task="t", speedup=2.0, compile_speedup=1.7)
-    r = from_verdict("t", "", v, "compile", reference_us=100.0, reference_compiled_us=50.0)
+    v = Verdict(status="ok", task="t", speedup=2.0, compile_speedup=1.7, speedup_method="perf_counter")
+    r = from_verdict("t", "", v, "compile", reference=_t(100.0), reference_compiled=_t(50.0))
     assert r.speedup == pytest.approx(1.7)
 
 
 def test_a_failed_verdict_gives_no_speedup_over_any_baseline():
     v = Verdict(status="incorrect", task="t")
     for baseline in ("eager", "compile"):
-        r = from_verdict("t", "", v, baseline, reference_us=100.0, reference_compiled_us=50.0)
+        r = from_verdict("t", "", v, baseline, reference=_t(100.0), reference_compiled=_t(50.0))
         assert r.speedup is None and r.compile_speedup is None and not r.correct
     assert math.isclose(fast_p([r], 0.0), 0.0)

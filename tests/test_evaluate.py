@@ -197,6 +197,9 @@ def test_timing_adds_rounds_until_the_speedup_is_precise_and_reports_its_error(t
     assert v.candidate_timing.n == v.reference.n == 5 * 5
     assert v.speedup_stderr is not None and 0 < v.speedup_stderr < 1
     assert Verdict.from_json(v.to_json()).speedup_stderr == v.speedup_stderr
+    # On the CPU the speedup is the per-call latency ratio, measured by the host clock.
+    assert v.speedup_method == "perf_counter" and v.latency_speedup == v.speedup
+    assert v.speedup == pytest.approx(v.reference.median_us / v.candidate_timing.median_us)
     with Evaluator(EvalConfig(**dict(base, timing_precision=10.0))) as ev:  # precise at once: the minimum
         assert judge(ev, task, "correct").candidate_timing.n == 2 * 5
     with Evaluator(EvalConfig(**dict(base, timing_rounds=1, timing_precision=0))) as ev:  # one round: no error

@@ -30,7 +30,8 @@ def judge(ev, task, name):
 def test_cuda_load_inline_kernel_is_ok_and_timed_with_events(ev, task):
     v = judge(ev, task, "softmax_cuda")
     assert v.status == "ok", v.message
-    assert v.candidate_timing.method == "cuda_events"
+    assert v.candidate_timing.method == "cuda_events" and v.reference.method == "cuda_events"
+    assert v.latency_speedup == pytest.approx(v.reference.median_us / v.candidate_timing.median_us)
     assert v.speedup > 0
 
 
@@ -64,11 +65,45 @@ def test_hang_on_cuda_times_out(task, tmp_path):
         assert e.evaluate(task, Candidate.from_file(DATA / "hang.py")).status == "timeout"
 
 
-def test_graph_replay_is_timed_when_both_programs_capture(ev, task):
+def test_the_speedup_is_device_time_from_graph_replay_when_both_programs_capture(ev, task):
     v = judge(ev, task, "softmax_cuda")
     assert v.status == "ok", v.message
     assert v.candidate_graph is not None and v.candidate_graph.method == "cuda_graph"
-    assert v.graph_speedup and v.graph_speedup > 0
+    assert v.speedup_method == "cuda_graph" and v.speedup == v.graph_speedup
+    assert v.speedup == pytest.approx(v.reference_graph.median_us / v.candidate_graph.median_us)
+    assert v.speedup_stderr is not None and v.latency_speedup is not None
+    # Replay leaves out the host's launch work, so a device time is under the same program's eager latency.
+    assert v.candidate_graph.median_us < v.candidate_timing.median_us
+
+
+def test_a_candidate_that_cannot_be_captured_is_compared_by_latency(ev, task):
+    v = judge(ev, task, "softmax_synchronizes")
+    assert v.status == "ok", v.message
+    assert v.speedup_method == "cuda_events" and v.speedup == v.latency_speedup and v.graph_speedup is None
+    assert any(f.check == "cuda_graph" and f.severity == "warn" for f in v.flags)
+
+
+def test_the_latency_basis_compares_eager_calls(task, tmp_path):
+    cfg = EvalConfig(device="cuda", timing_rounds=2, timing_precision=0, calls_per_round=10, timeout_s=300,
+                     cache_dir=str(tmp_path), timing_basis="latency", compare_compile=True)
+    with Evaluator(cfg) as e:
+        v = e.evaluate(task, Candidate.from_file(DATA / "softmax_triton.py"))
+    assert v.status == "ok", v.message
+    assert v.speedup_method == "cuda_events" and v.speedup == v.latency_speedup
+    assert v.compile_speedup == pytest.approx(v.reference_compiled.median_us / v.candidate_timing.median_us)
+    assert v.graph_speedup is not None  # still measured and reported
+
+
+def test_the_compile_speedup_is_measured_by_the_same_method_as_the_speedup(task, tmp_path):
+    cfg = EvalConfig(device="cuda", timing_rounds=2, timing_precision=0, calls_per_round=10, timeout_s=300,
+                     cache_dir=str(tmp_path), compare_compile=True)
+    with Evaluator(cfg) as e:
+        v = e.evaluate(task, Candidate.from_file(DATA / "softmax_triton.py"))
+        ref_graph = e.time_reference(task)
+    assert v.status == "ok", v.message
+    assert v.speedup_method == "cuda_graph" and v.reference_compiled_graph is not None
+    assert v.compile_speedup == pytest.approx(v.reference_compiled_graph.median_us / v.candidate_graph.median_us)
+    assert ref_graph.method == "cuda_graph"  # bench baselines are timed the way verdicts compare
 
 
 def test_the_reference_worker_times_on_the_cores_beside_the_gpu(ev, task):

@@ -84,15 +84,21 @@ class Verdict:
     task: str = ""
     candidate: str = ""  # candidate digest
     device: str = "cpu"
-    speedup: float | None = None  # reference time / candidate time; None unless ok
+    # reference time / candidate time, None unless ok. Measured as `speedup_method` says: "cuda_graph" (device
+    # time: both programs captured in CUDA graphs and replayed) where both capture, else per-call latency
+    # ("cuda_events" around one eager call started on an idle device, or "perf_counter" on the CPU).
+    speedup: float | None = None
     speedup_stderr: float | None = None  # relative standard error of `speedup`, from its per-round ratios
-    reference: Timing | None = None
-    candidate_timing: Timing | None = None
-    compile_speedup: float | None = None  # over torch.compile of the reference, when asked
-    reference_compiled: Timing | None = None
+    speedup_method: str | None = None
+    latency_speedup: float | None = None  # per-call latency ratio (eager calls, the host's launch work included)
+    reference: Timing | None = None  # per-call latency
+    candidate_timing: Timing | None = None  # per-call latency
+    compile_speedup: float | None = None  # over torch.compile of the reference, when asked; same method as speedup
+    reference_compiled: Timing | None = None  # per-call latency
     graph_speedup: float | None = None  # both programs captured in CUDA graphs and replayed (device time)
     reference_graph: Timing | None = None
     candidate_graph: Timing | None = None
+    reference_compiled_graph: Timing | None = None
     error: ErrorStats | None = None
     flags: tuple[Flag, ...] = ()
     confinement: dict = field(default_factory=dict)
@@ -108,6 +114,13 @@ class Verdict:
     @property
     def ok(self) -> bool:
         return self.status == "ok"
+
+    @property
+    def timings(self) -> tuple[Timing | None, Timing | None, Timing | None]:
+        """(reference, candidate, compiled reference) timings by the method `speedup` was measured with."""
+        if self.speedup_method == "cuda_graph":
+            return self.reference_graph, self.candidate_graph, self.reference_compiled_graph
+        return self.reference, self.candidate_timing, self.reference_compiled
 
     @property
     def hacks(self) -> tuple[str, ...]:
@@ -128,11 +141,12 @@ class Verdict:
         known = {f.name for f in fields(cls)}
         d = {k: v for k, v in d.items() if k in known}
         for key, typ in (("reference", Timing), ("candidate_timing", Timing), ("reference_compiled", Timing),
-                         ("reference_graph", Timing), ("candidate_graph", Timing), ("error", ErrorStats)):
+                         ("reference_graph", Timing), ("candidate_graph", Timing),
+                         ("reference_compiled_graph", Timing), ("error", ErrorStats)):
             if d.get(key) is not None:
                 d[key] = typ.from_dict(d[key])
         d["flags"] = tuple(Flag.from_dict(f) for f in d.get("flags", ()))
-        for key in ("speedup", "speedup_stderr", "compile_speedup", "graph_speedup"):
+        for key in ("speedup", "speedup_stderr", "latency_speedup", "compile_speedup", "graph_speedup"):
             if isinstance(d.get(key), str):
                 d[key] = float(d[key])
         return cls(**d)

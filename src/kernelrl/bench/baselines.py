@@ -57,7 +57,7 @@ def environment_key(device: str, config: EvalConfig) -> str:
         "torch": torch.__version__, "cuda": str(torch.version.cuda), "python": sys.version.split()[0],
         "kernelrl": kernelrl.__version__,
         "timing": [config.warmup, config.timing_rounds, config.calls_per_round, config.input_sets,
-                   config.flush_l2],
+                   config.flush_l2, config.use_graphs, config.timing_basis],
     }
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]
 

@@ -15,7 +15,7 @@ from kernelrl.bench.metrics import FAST_P, Summary, by_level, summarize
 from kernelrl.bench.result import TaskResult
 
 CSV_FIELDS = ("task", "level", "status", "speedup", "eager_speedup", "compile_speedup", "reference_us",
-              "reference_compiled_us", "candidate_us", "device", "candidate", "message")
+              "reference_compiled_us", "candidate_us", "method", "device", "candidate", "message")
 
 
 def software() -> dict:
@@ -97,7 +97,9 @@ def markdown(summary: dict, results: list[TaskResult], plot_name: str | None = N
     lines += [f"Devices: {devs or '?'} · torch {sw.get('torch')} (CUDA {sw.get('cuda')}) · kernelrl "
               f"{sw.get('kernelrl')} · baseline: **{baseline}**", ""]
     lines += ["fast_p = share of all tasks whose candidate is correct and more than p× faster than the "
-              "baseline; speedup statistics are over correct candidates.", ""]
+              "baseline; speedup statistics are over correct candidates. Times are medians per call by each "
+              "task's method: cuda_graph is device time (both programs replayed from CUDA graphs), cuda_events "
+              "and perf_counter are per-call latency.", ""]
     head = ["level", "tasks", "correct"] + [f"fast_{p:g}" for p in FAST_P] + ["geomean", "mean", "median"]
     lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     rows = [(lvl, Summary.from_dict(s)) for lvl, s in summary["levels"].items()]
@@ -112,13 +114,13 @@ def markdown(summary: dict, results: list[TaskResult], plot_name: str | None = N
         lines += [f"![speedup per level]({plot_name})", ""]
     lines += ["## Tasks", "",
               "| task | status | speedup | vs eager | vs compile | eager ref (µs) | compiled ref (µs) | "
-              "candidate (µs) | note |",
-              "|---|---|---|---|---|---|---|---|---|"]
+              "candidate (µs) | method | note |",
+              "|---|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         note = (r.message or "").replace("|", "\\|").replace("\n", " ")[:120]
         lines.append(f"| {r.task} | {r.status} | {_x(r.speedup)} | {_x(r.eager_speedup)} | "
                      f"{_x(r.compile_speedup)} | {_us(r.reference_us)} | {_us(r.reference_compiled_us)} | "
-                     f"{_us(r.candidate_us)} | {note} |")
+                     f"{_us(r.candidate_us)} | {r.method or ''} | {note} |")
     return "\n".join(lines) + "\n"
 
 

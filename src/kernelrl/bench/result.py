@@ -21,9 +21,12 @@ class TaskResult:
     speedup: float | None = None
     eager_speedup: float | None = None
     compile_speedup: float | None = None
-    reference_us: float | None = None           # eager reference, median per call (µs)
-    reference_compiled_us: float | None = None  # torch.compile'd reference, median per call (µs)
+    # Median per-call times (µs), all measured by `method`: "cuda_graph" (device time, replayed from CUDA graphs)
+    # or per-call latency ("cuda_events", "perf_counter").
+    reference_us: float | None = None           # eager reference
+    reference_compiled_us: float | None = None  # torch.compile'd reference
     candidate_us: float | None = None
+    method: str | None = None
     candidate: str | None = None                # candidate file path
     device: str = ""
     message: str = ""
@@ -55,30 +58,36 @@ class TaskResult:
 
 
 def from_verdict(task: str, level: str, verdict: Verdict, baseline: str, *, candidate: str | None = None,
-                 reference_us: float | None = None, reference_compiled_us: float | None = None,
+                 reference: Timing | None = None, reference_compiled: Timing | None = None,
                  description: str = "") -> TaskResult:
     """A TaskResult from a Verdict, with the speedup over `baseline` ('eager' or 'compile').
 
     The compile speedup is the verdict's own when it measured torch.compile; otherwise it is derived as
-    eager speedup x (compiled reference time / eager reference time), both reference times from one session.
+    speedup x (compiled reference time / eager reference time), from separately timed references (a bench
+    run's cached baselines), but only when all three were measured by the same method.
     """
     if baseline not in BASELINES:
         raise ValueError(f"unknown baseline {baseline!r}; one of {BASELINES}")
     ok = verdict.status == "ok"
     eager = verdict.speedup if ok else None
     compiled = verdict.compile_speedup if ok else None
-    if ok and compiled is None and eager is not None and reference_us and reference_compiled_us:
-        compiled = eager * reference_compiled_us / reference_us
-    cand_t: Timing | None = verdict.candidate_timing
+    v_ref, v_cand, v_comp = verdict.timings
+    method = verdict.speedup_method or (reference.method if reference else None)
+    same = reference is not None and reference_compiled is not None and \
+        reference.method == reference_compiled.method == method
+    if ok and compiled is None and eager is not None and same and reference.median_us:
+        compiled = eager * reference_compiled.median_us / reference.median_us
+    if reference is None or reference.method != method:
+        reference = v_ref
+    if reference_compiled is None or reference_compiled.method != method:
+        reference_compiled = v_comp
     return TaskResult(
         task=task, level=level, status=verdict.status,
         speedup=eager if baseline == "eager" else compiled,
         eager_speedup=eager, compile_speedup=compiled,
-        reference_us=reference_us if reference_us is not None else (
-            verdict.reference.median_us if verdict.reference else None),
-        reference_compiled_us=reference_compiled_us if reference_compiled_us is not None else (
-            verdict.reference_compiled.median_us if verdict.reference_compiled else None),
-        candidate_us=cand_t.median_us if cand_t else None,
+        reference_us=reference.median_us if reference else None,
+        reference_compiled_us=reference_compiled.median_us if reference_compiled else None,
+        candidate_us=v_cand.median_us if v_cand else None, method=method,
         candidate=candidate, device=verdict.device, message=verdict.message, description=description,
         verdict=verdict,
     )

@@ -12,6 +12,7 @@ from kernelrl.bench.result import BASELINES, TaskResult, from_verdict
 from kernelrl.bench.suite import Suite, SuiteTask
 from kernelrl.evaluate import EvalConfig, EvaluationError, Evaluator
 from kernelrl.task import Candidate, TaskError
+from kernelrl.verdict import Timing
 
 
 @dataclass(frozen=True)
@@ -78,20 +79,26 @@ def run_task(ev: Evaluator, st: SuiteTask, config: BenchConfig, cache: BaselineC
     """Reference timings (cached) and the verdict of one task's candidate on `ev`'s device."""
     base = dict(task=st.name, level=st.level, candidate=st.candidate_path, device=str(ev.device),
                 description=st.task.meta.description)
-    ref_us = comp_us = None
+    ref_t = comp_t = None
     notes = []
     need_eager = config.time_references or st.candidate_path is not None
     try:
         if need_eager:
-            ref_us = reference_time(ev, st, False, cache, environment, config.use_cache)
+            ref_t = reference_time(ev, st, False, cache, environment, config.use_cache)
     except Exception as e:  # noqa: BLE001 - a reference that cannot be timed is reported, not fatal
         return TaskResult(status="reference_error", message=f"timing the reference failed: {e}", **base)
     if config.compiled_references or (config.baseline == "compile" and need_eager):
         try:
-            comp_us = reference_time(ev, st, True, cache, environment, config.use_cache)
+            comp_t = reference_time(ev, st, True, cache, environment, config.use_cache)
         except Exception as e:  # noqa: BLE001 - eager results stand; the compile baseline is then unknown
             notes.append(f"torch.compile of the reference failed: {str(e)[:300]}")
-    base.update(reference_us=ref_us, reference_compiled_us=comp_us)
+    if ref_t is not None and comp_t is not None and comp_t.method != ref_t.method:
+        notes.append(f"the torch.compile'd reference was timed by {comp_t.method}, the reference by "
+                     f"{ref_t.method}: no compile speedup")
+        comp_t = None
+    base.update(reference_us=ref_t.median_us if ref_t else None,
+                reference_compiled_us=comp_t.median_us if comp_t else None,
+                method=ref_t.method if ref_t else None)
     if st.candidate_path is None:
         return TaskResult(status="missing", message="; ".join(["no candidate file"] + notes), **base)
     try:
@@ -103,18 +110,18 @@ def run_task(ev: Evaluator, st: SuiteTask, config: BenchConfig, cache: BaselineC
     except EvaluationError as e:
         return TaskResult(status="reference_error", message=str(e), **base)
     result = from_verdict(st.name, st.level, verdict, config.baseline, candidate=st.candidate_path,
-                          reference_us=ref_us, reference_compiled_us=comp_us, description=st.task.meta.description)
+                          reference=ref_t, reference_compiled=comp_t, description=st.task.meta.description)
     return replace(result, message="; ".join(([result.message] if result.message else []) + notes))
 
 
 def reference_time(ev: Evaluator, st: SuiteTask, compiled: bool, cache: BaselineCache | None,
-                   environment: str, use_cache: bool = True) -> float:
-    """Median per-call time of the reference (µs), from the cache when it has a matching entry."""
+                   environment: str, use_cache: bool = True) -> Timing:
+    """The reference's Timing (by the method verdicts compare on), from the cache when it has a matching entry."""
     if cache is not None and use_cache:
         hit = cache.get(st.task.digest, environment, compiled)
         if hit is not None:
-            return hit.median_us
+            return hit
     timing = ev.time_reference(st.task, compiled=compiled)
     if cache is not None:
         cache.put(st.task.digest, environment, compiled, timing, task=st.name)
-    return timing.median_us
+    return timing

@@ -11,6 +11,9 @@ def default_cache_dir() -> Path:
     return Path(os.environ.get("KERNELRL_CACHE", Path.home() / ".cache" / "kernelrl"))
 
 
+TIMING_BASES = ("device", "latency")
+
+
 @dataclass(frozen=True)
 class EvalConfig:
     device: str = "cpu"                  # "cpu", "cuda" or "cuda:N"
@@ -25,12 +28,18 @@ class EvalConfig:
     input_sets: int = 4                  # rotated input sets during timing, outputs of each checked
     flush_l2: bool = True                # CUDA: overwrite L2 before every timed call
     use_graphs: bool = True              # CUDA: also time CUDA-graph replay when the candidate allows it
+    timing_basis: str = "device"         # what `speedup` compares on CUDA: "device" (graph replay where both
+                                         # programs capture, else per-call latency) or "latency" (always)
     compare_compile: bool = False        # also time torch.compile(reference)
     memory_limit_gb: float = 16.0        # host memory of one worker
     recheck_speedup: float = 3.0         # speedups above this are re-measured in a fresh worker
     cpu_threads: int = 1                 # CPU workers compute on this many threads (steady timings when shared)
     confine: bool = True                 # Landlock + network namespace where the OS allows
     cache_dir: str = ""                  # "" means default_cache_dir()
+
+    def __post_init__(self):
+        if self.timing_basis not in TIMING_BASES:
+            raise ValueError(f"timing_basis must be one of {TIMING_BASES}, not {self.timing_basis!r}")
 
     @property
     def cache_path(self) -> Path:

@@ -391,11 +391,15 @@ class Harness:
         return state
 
     def op_graph(self, op):
-        """Capture one call in a CUDA graph, then time replays on fresh inputs copied into its buffers."""
+        """Capture one call in a CUDA graph, then time replays on fresh inputs copied into its buffers.
+
+        This is the program's device time: the host's launch work is done once, at capture, and every
+        replayed kernel, on any stream the capture joined, lies between the two events."""
         torch = self.torch
         self.pin()
         if not self.cuda:
             return {"type": "graph", "unavailable": "CUDA graphs need a CUDA device"}, None
+        model = self.compiled if op.get("compiled") else self.model
         base = self.base_inputs(op["seed"])
         static = [x.clone() if isinstance(x, torch.Tensor) else x for x in base]
         try:
@@ -404,11 +408,11 @@ class Harness:
                 side.wait_stream(torch.cuda.current_stream())
                 with torch.cuda.stream(side):
                     for _ in range(3):
-                        self.model(*static)
+                        model(*static)
                 torch.cuda.current_stream().wait_stream(side)
                 graph = torch.cuda.CUDAGraph()
                 with torch.cuda.graph(graph):
-                    static_out = self.model(*static)
+                    static_out = model(*static)
             self._sync()
         except BaseException as e:
             self._sync_quietly()
