@@ -1,4 +1,4 @@
-"""Batch normalisation with batch statistics over 64 x 128 x 128 x 128 fp32 feature maps, learned affine."""
+"""Batch normalisation with batch statistics over 192 x 128 x 128 x 128 fp32 feature maps, learned affine."""
 import os
 
 import torch
@@ -8,7 +8,7 @@ import torch.nn.functional as F
 KERNELRL = {"dtype": "float32", "atol": 1e-4, "rtol": 1e-4}
 
 SMALL = os.environ.get("KERNELRL_SIZE", "full") == "small"
-BATCH, CHANNELS, SIZE = (4, 8, 16) if SMALL else (64, 128, 128)
+BATCH, CHANNELS, SIZE = (4, 8, 16) if SMALL else (192, 128, 128)
 
 
 class Model(nn.Module):

@@ -1,4 +1,4 @@
-"""Depthwise 2D convolution, 3x3 kernel, padding 1, 256 channels on 32 x 256 x 112 x 112 images, fp32."""
+"""Depthwise 2D convolution, 3x3 kernel, padding 1, 256 channels on 64 x 256 x 112 x 112 images, fp32."""
 import os
 
 import torch
@@ -7,7 +7,7 @@ import torch.nn as nn
 KERNELRL = {"dtype": "float32", "atol": 1e-4, "rtol": 1e-4}
 
 SMALL = os.environ.get("KERNELRL_SIZE", "full") == "small"
-BATCH, CHANNELS, SIZE = (2, 8, 16) if SMALL else (32, 256, 112)
+BATCH, CHANNELS, SIZE = (2, 8, 16) if SMALL else (64, 256, 112)
 
 
 class Model(nn.Module):

@@ -1,4 +1,4 @@
-"""3D convolution, 3x3x3 kernel, padding 1, 64 -> 64 channels on 16 volumes of 32^3, fp16."""
+"""3D convolution, 3x3x3 kernel, padding 1, 64 -> 64 channels on 64 volumes of 32^3, fp16."""
 import os
 
 import torch
@@ -7,7 +7,7 @@ import torch.nn as nn
 KERNELRL = {"dtype": "float16", "atol": 1e-2, "rtol": 1e-2}
 
 SMALL = os.environ.get("KERNELRL_SIZE", "full") == "small"
-BATCH, C_IN, C_OUT, SIZE = (1, 4, 4, 8) if SMALL else (16, 64, 64, 32)
+BATCH, C_IN, C_OUT, SIZE = (1, 4, 4, 8) if SMALL else (64, 64, 64, 32)
 
 
 class Model(nn.Module):

@@ -1,4 +1,4 @@
-"""2D max pooling, 3x3 window, stride 2, padding 1, on 64 x 128 x 128 x 128 fp32 feature maps."""
+"""2D max pooling, 3x3 window, stride 2, padding 1, on 192 x 128 x 128 x 128 fp32 feature maps."""
 import os
 
 import torch
@@ -7,7 +7,7 @@ import torch.nn as nn
 KERNELRL = {"dtype": "float32", "atol": 0.0, "rtol": 0.0}
 
 SMALL = os.environ.get("KERNELRL_SIZE", "full") == "small"
-BATCH, CHANNELS, SIZE = (2, 8, 16) if SMALL else (64, 128, 128)
+BATCH, CHANNELS, SIZE = (2, 8, 16) if SMALL else (192, 128, 128)
 
 
 class Model(nn.Module):

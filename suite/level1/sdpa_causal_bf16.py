@@ -1,4 +1,4 @@
-"""Causal scaled dot-product attention, 8 x 16 heads x 4096 tokens x 128 dims, bf16."""
+"""Causal scaled dot-product attention, 16 x 16 heads x 4096 tokens x 128 dims, bf16."""
 import os
 
 import torch
@@ -8,7 +8,7 @@ import torch.nn.functional as F
 KERNELRL = {"dtype": "bfloat16", "atol": 2e-2, "rtol": 2e-2}
 
 SMALL = os.environ.get("KERNELRL_SIZE", "full") == "small"
-BATCH, HEADS, SEQ, DIM = (1, 2, 64, 32) if SMALL else (8, 16, 4096, 128)
+BATCH, HEADS, SEQ, DIM = (1, 2, 64, 32) if SMALL else (16, 16, 4096, 128)
 
 
 class Model(nn.Module):

@@ -1,4 +1,4 @@
-"""Add a bias vector, exact (erf) GELU, then multiply by a learned per-column scale, 16384 x 8192, fp16."""
+"""Add a bias vector, exact (erf) GELU, then multiply by a learned per-column scale, 32768 x 8192, fp16."""
 import os
 
 import torch
@@ -8,7 +8,7 @@ import torch.nn.functional as F
 KERNELRL = {"dtype": "float16", "atol": 1e-2, "rtol": 1e-2}
 
 SMALL = os.environ.get("KERNELRL_SIZE", "full") == "small"
-ROWS, COLS = (256, 512) if SMALL else (16384, 8192)
+ROWS, COLS = (256, 512) if SMALL else (32768, 8192)
 
 
 class Model(nn.Module):

@@ -1,4 +1,4 @@
-"""Group normalisation (32 groups) followed by swish x * sigmoid(x), 32 x 256 x 64 x 64, fp32."""
+"""Group normalisation (32 groups) followed by swish x * sigmoid(x), 128 x 256 x 64 x 64, fp32."""
 import os
 
 import torch
@@ -7,7 +7,7 @@ import torch.nn as nn
 KERNELRL = {"dtype": "float32", "atol": 1e-5, "rtol": 1e-4}
 
 SMALL = os.environ.get("KERNELRL_SIZE", "full") == "small"
-BATCH, CHANNELS, SIZE = (2, 16, 8) if SMALL else (32, 256, 64)
+BATCH, CHANNELS, SIZE = (2, 16, 8) if SMALL else (128, 256, 64)
 GROUPS = 4 if SMALL else 32
 
 
