@@ -40,7 +40,7 @@ def build() -> None:
     os.environ["KERNELRL_GEMM_BUILD"] = str(BUILD)
     from kernelrl.gemm import build as b
 
-    if not (BUILD / b.LT_LIB_NAME).is_file():
+    if not b.cublaslt_is_current(BUILD):
         b.build_cublaslt(BUILD, log=log)
     if not (BUILD / b.LIB_NAME).is_file():
         b.build(BUILD, jobs=16, log=log)
@@ -115,6 +115,10 @@ def main() -> None:
     ap.add_argument("--bf16-shapes", default="", help="shapes also tuned in bf16 (MxNxK list)")
     ap.add_argument("--skip-smoke", action="store_true")
     ap.add_argument("--bench-reserve", type=float, default=0.0, help="seconds kept for benchmarking")
+    ap.add_argument("--retune-between", type=float, nargs=2, default=None, metavar=("LO_US", "HI_US"),
+                    help="drop committed tuning records of shapes estimated at LO-HI us (their search space "
+                         "changed), so they are tuned again")
+    ap.add_argument("--fresh-bench", action="store_true", help="benchmark every shape again (the table changed)")
     args = ap.parse_args()
     OUT.mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("TRITON_CACHE_DIR", str(ROOT / ".kernelrl-cache" / "triton"))
@@ -123,7 +127,7 @@ def main() -> None:
     if not args.skip_smoke:
         smoke()
         host_overhead()
-    from kernelrl.gemm.shapes import read_shapes
+    from kernelrl.gemm.shapes import Shape, read_shapes
     from kernelrl.gemm.table import from_records, read_records
     from kernelrl.gemm.tune import tune
 
@@ -134,6 +138,14 @@ def main() -> None:
     if tune_gz.is_file():
         with gzip.open(tune_gz, "rb") as src, work.open("wb") as dst:
             shutil.copyfileobj(src, dst)
+    if args.retune_between:
+        from kernelrl.gemm.tune import estimate_torch_us
+
+        lo, hi = args.retune_between
+        kept = [line for line in work.read_text().splitlines() if line.strip() and not (
+            lo < estimate_torch_us(Shape(*(json.loads(line)[d] for d in "mnk"))) <= hi)]
+        work.write_text("".join(f"{line}\n" for line in kept))
+        log(f"retuning shapes estimated at {lo:g}-{hi:g} us: {len(kept)} records kept")
     try:
         tune(shapes, work, "fp16", deadline_s=left(args.deadline) - args.bench_reserve - 30, log=log)
         if args.bf16_shapes:
@@ -167,7 +179,7 @@ def main() -> None:
         csv_path = RESULTS / "gemm_h200.csv"
         work_csv = Path("/tmp/gemm_h200.csv")
         work_csv.unlink(missing_ok=True)
-        if csv_path.is_file():
+        if csv_path.is_file() and not args.fresh_bench:
             shutil.copy(csv_path, work_csv)
         try:
             bench(shapes, tuned, Dispatcher(table), work_csv, deadline_s=left(args.deadline) - 20, log=log)

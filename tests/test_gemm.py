@@ -254,3 +254,28 @@ def test_cli_tune_without_a_gpu_says_where_to_run_it():
 def test_cli_report_writes_the_report(tmp_path):
     r = runner.invoke(app, ["report", str(_csv(tmp_path))])
     assert r.exit_code == 0 and (tmp_path / "gemm_test_report.md").is_file()
+
+
+def _info(algo, tile, cluster=0, swizzle=0):
+    return {"algo": algo, "tile": tile, "stages": 0, "splitk": 1, "reduction": 0, "swizzle": swizzle,
+            "custom": 0, "cluster": cluster}
+
+
+def test_wave_efficiency_rewards_whole_waves():
+    from kernelrl.gemm.cublaslt import wave_efficiency
+
+    assert wave_efficiency(2.0) == 1.0 and wave_efficiency(0.5) == 0.5
+    assert wave_efficiency(1.1) == pytest.approx(0.55) and wave_efficiency(0.0) == 0.0
+
+
+def test_the_enumeration_pick_spreads_over_tiles_and_skips_the_heuristics_own():
+    from kernelrl.gemm.cublaslt import config_key, pick
+
+    configs = [(_info(66, 20), 1.1), (_info(66, 20, cluster=2), 2.0),  # one tile, two clusters
+               (_info(66, 30), 0.9), (_info(66, 40), 1.0), (_info(70, 20), 3.0)]
+    heuristic = {config_key(_info(66, 40))}
+    top = pick(configs, heuristic, 3)
+    # one per (algorithm, tile), the best cluster of tile 20 first; the heuristic's own never comes back
+    assert top == [1, 4, 2]
+    assert 3 not in pick(configs, heuristic, 10) and len(pick(configs, heuristic, 10)) == 4
+    assert pick(configs, set(), 0) == []

@@ -64,6 +64,24 @@ def test_cublaslt_heuristic_algorithms_are_correct(dtype):
         assert chk.check(make_launcher(algo.name, 256, 512, 2048, dtype), a, b, ref).ok
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_the_enumerated_cublaslt_space_goes_beyond_the_heuristic_and_its_picks_are_correct(dtype):
+    from kernelrl.gemm import cublaslt
+
+    m, n, k = 1024, 2048, 4096
+    space, checked = cublaslt.enumerate_space(m, n, k, dtype)
+    known = {cublaslt.config_key(a.info) for a in cublaslt.heuristics(m, n, k, dtype, count=64)}
+    keys = {cublaslt.config_key(c.algo.info) for c in space}
+    assert checked >= len(space) > 0 and keys - known, (checked, len(space))
+    picked = cublaslt.pick([(c.algo.info, c.waves) for c in space], known, 8)
+    assert len(picked) == min(8, len(keys - known))
+    a, b = chk.random_inputs(m, n, k, dtype)
+    ref = chk.reference(a, b)
+    for i in picked:
+        res = chk.check(make_launcher(space[i].algo.name, m, n, k, dtype), a, b, ref)
+        assert res.ok, (space[i].algo.info, res.reason)
+
+
 @hopper
 def test_gate_rejects_fp16_accumulation():
     from kernelrl.gemm import triton_family

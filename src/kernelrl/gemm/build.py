@@ -103,6 +103,16 @@ def cublas_dirs() -> tuple[Path, Path]:
     raise FileNotFoundError("cublasLt.h not found: install the nvidia-cublas wheel or set CUBLAS_PATH")
 
 
+def cublaslt_is_current(build_dir: Path = DEFAULT_BUILD_DIR) -> bool:
+    """Whether `build_dir` holds the cuBLASLt binding built from the current source."""
+    stamp = build_dir / f"{LT_LIB_NAME}.source"
+    return (build_dir / LT_LIB_NAME).is_file() and stamp.is_file() and stamp.read_text() == _digest(LT_SOURCE)
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()[:10]
+
+
 def build_cublaslt(build_dir: Path = DEFAULT_BUILD_DIR, log=print) -> Path:
     """Compile the cuBLASLt binding; it links the libcublasLt that torch loads (same soname)."""
     inc, lib_dir = cublas_dirs()
@@ -111,6 +121,7 @@ def build_cublaslt(build_dir: Path = DEFAULT_BUILD_DIR, log=print) -> Path:
     soname = sorted(p.name for p in lib_dir.glob("libcublasLt.so.*"))[0]
     subprocess.run(["nvcc", "-std=c++17", "-O2", "-Xcompiler=-fPIC", "-shared", f"-I{inc}", str(LT_SOURCE),
                     "-o", str(lib), f"-L{lib_dir}", f"-l:{soname}"], check=True)
+    (build_dir / f"{LT_LIB_NAME}.source").write_text(_digest(LT_SOURCE))
     log(f"linked {lib}")
     return lib
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import ctypes
+import math
 from dataclasses import dataclass
 
 import torch
@@ -26,6 +27,9 @@ def _lib():
         lib.kr_lt_plan.argtypes = [_i, _i, _i, _i, _vp, _vp, _sz]
         lib.kr_lt_plan.restype = _vp
         lib.kr_lt_plan_run.argtypes = [_vp, _vp, _vp, _vp, _vp]
+        lib.kr_lt_enumerate.argtypes = [_i, _i, _i, _i, _sz, ctypes.POINTER(_i), _i, _i, _i, _vp,
+                                        ctypes.POINTER(_sz), ctypes.POINTER(ctypes.c_float), ctypes.POINTER(_i),
+                                        ctypes.POINTER(_i)]
         lib._kr_typed = True
     return lib
 
@@ -70,6 +74,73 @@ def heuristics(m: int, n: int, k: int, dtype: torch.dtype = torch.float16, count
         raise RuntimeError(f"cublasLtMatmulAlgoGetHeuristic failed with status {st} for {m}x{n}x{k}")
     raw = buf.raw
     return [LtAlgo(raw[i * ALGO_BYTES:(i + 1) * ALGO_BYTES], int(ws[i]), i) for i in range(found.value)]
+
+
+# Cluster shapes tried by the enumeration (cublasLtClusterShape_t): auto, 1x1x1, 2x1x1, 1x2x1.
+CLUSTERS = (0, 2, 3, 5)
+
+
+@dataclass(frozen=True)
+class Configured:
+    """One configuration from the enumeration, with the wave count cuBLASLt's check computed for the problem."""
+
+    algo: LtAlgo
+    waves: float
+
+
+def enumerate_space(m: int, n: int, k: int, dtype: torch.dtype = torch.float16, max_out: int = 1024,
+                    max_checks: int = 20000, clusters: tuple[int, ...] = CLUSTERS,
+                    workspace_cap: int = WORKSPACE_CAP) -> tuple[list[Configured], int]:
+    """Every configuration cuBLASLt accepts for the problem (algorithm ids x tiles x clusters x swizzling, the
+    first stage count that checks), and the number of checks it took; cuBLASLt's check, no timing."""
+    buf = ctypes.create_string_buffer(ALGO_BYTES * max_out)
+    ws, waves = (_sz * max_out)(), (ctypes.c_float * max_out)()
+    cl = (_i * len(clusters))(*clusters)
+    found, checked = _i(0), _i(0)
+    st = _lib().kr_lt_enumerate(_DTYPE_CODE[dtype], m, n, k, workspace_cap, cl, len(clusters), max_checks, max_out,
+                                buf, ws, waves, ctypes.byref(found), ctypes.byref(checked))
+    if st != 0:
+        raise RuntimeError(f"cublasLtMatmulAlgoGetIds failed with status {st} for {m}x{n}x{k}")
+    raw = buf.raw
+    return [Configured(LtAlgo(raw[i * ALGO_BYTES:(i + 1) * ALGO_BYTES], int(ws[i]), -1), float(waves[i]))
+            for i in range(found.value)], checked.value
+
+
+def config_key(info: dict) -> tuple:
+    """What makes two configurations the same kernel launch (the blob also carries internal fields)."""
+    return tuple(info[k] for k in ("algo", "tile", "stages", "splitk", "reduction", "swizzle", "custom", "cluster"))
+
+
+def wave_efficiency(waves: float) -> float:
+    """Share of the last wave's SM slots that do work: 1.0 for whole waves, waves itself under one wave."""
+    if waves <= 0:
+        return 0.0
+    return waves / math.ceil(waves)
+
+
+def pick(configs: list[tuple[dict, float]], exclude: set[tuple], top: int) -> list[int]:
+    """Indices of up to `top` configurations to time, from (info, waves) pairs.
+
+    One per (algorithm, tile) first, the one with the best wave efficiency (cluster and swizzling break ties in
+    list order), so the pick spreads over tile shapes, the choice that matters most; groups are ranked by wave
+    efficiency, then by tile id (larger tiles come later in cuBLASLt's enum and reuse more of each load).
+    Configurations in `exclude` (the heuristic's own) are skipped; leftovers fill the rest by efficiency.
+    """
+    groups: dict[tuple, list[int]] = {}
+    for i, (info, _) in enumerate(configs):
+        if config_key(info) in exclude:
+            continue
+        groups.setdefault((info["algo"], info["tile"]), []).append(i)
+    firsts, rest = [], []
+    for members in groups.values():
+        members = sorted(members, key=lambda i: -wave_efficiency(configs[i][1]))
+        firsts.append(members[0])
+        rest += members[1:]
+
+    def rank(i):
+        return (-round(wave_efficiency(configs[i][1]), 3), -configs[i][0]["tile"])
+
+    return (sorted(firsts, key=rank) + sorted(rest, key=rank))[:top]
 
 
 def with_splitk(algo: LtAlgo, m: int, n: int, k: int, splits: int,

@@ -25,6 +25,8 @@ from kernelrl.gemm.space import (DRAM_BYTES_PER_US, LAUNCH_US, PEAK_FLOPS_PER_US
 from kernelrl.gemm.timing import Inputs, calls_for, time_graph, time_graphs
 
 DTYPE_NAMES = {"fp16": torch.float16, "bf16": torch.bfloat16}
+# Marks a cuBLASLt name that came from the enumerated space, not the heuristic's list (dropped before launching).
+ENUMERATED = "~enum"
 BROKEN: set[str] = set()  # candidates that failed to compile in this process
 
 
@@ -41,6 +43,9 @@ class TuneOptions:
     lt_extra: int = 32  # further heuristic algorithms the kernelrl search may use (small shapes only)
     lt_extra_below_us: float = 100.0  # ... for shapes whose estimate is under this
     lt_splitk_top: int = 3  # split-K variants of the best few heuristic algorithms
+    lt_enum_top: int = 24  # configurations from the enumerated algorithm space (beyond the heuristic's list)
+    lt_enum_above_us: float = 8.0  # ... for shapes whose estimate is above this (below, launch cost decides)
+    lt_enum_below_us: float = 1000.0  # ... and below this (above, cuBLAS's own choice is within a few percent)
     triton_top: int = 4
     cutlass_top: int = 6
     finalists: int = 3  # re-timed against the baselines, interleaved
@@ -54,8 +59,10 @@ def estimate_torch_us(s: Shape) -> float:
     return LAUNCH_US + max(s.flops / PEAK_FLOPS_PER_US, s.bytes() / DRAM_BYTES_PER_US)
 
 
-def candidates(s: Shape, dtype: torch.dtype, opt: TuneOptions) -> tuple[list[str], list[str]]:
-    """(all candidate names, the cuBLASLt autotune baseline's names) for one shape."""
+def candidates(s: Shape, dtype: torch.dtype, opt: TuneOptions, stats: dict | None = None
+               ) -> tuple[list[str], list[str]]:
+    """(all candidate names, the cuBLASLt autotune baseline's names) for one shape; `stats` gets the size of
+    the enumerated cuBLASLt space and the checks it took."""
     names = ["torch"]
     lt_names: list[str] = []
     try:
@@ -72,6 +79,13 @@ def candidates(s: Shape, dtype: torch.dtype, opt: TuneOptions) -> tuple[list[str
                     v = cublaslt.with_splitk(a, s.m, s.n, s.k, sp, dtype)
                     if v is not None:
                         names.append(v.name)
+        if opt.lt_enum_top > 0 and opt.lt_enum_above_us < estimate_torch_us(s) <= opt.lt_enum_below_us:
+            space, checked = cublaslt.enumerate_space(s.m, s.n, s.k, dtype)
+            if stats is not None:
+                stats.update(lt_space=len(space), lt_checks=checked)
+            known = {cublaslt.config_key(a.info) for a in algos}
+            infos = [(c.algo.info, c.waves) for c in space]
+            names += [space[i].algo.name + ENUMERATED for i in cublaslt.pick(infos, known, opt.lt_enum_top)]
     except (OSError, FileNotFoundError, RuntimeError) as e:
         print(f"cuBLASLt family unavailable for {s}: {e}")
     names += [c.name for c in triton_candidates(s, opt.triton_top)]
@@ -88,11 +102,14 @@ def candidates(s: Shape, dtype: torch.dtype, opt: TuneOptions) -> tuple[list[str
 def tune_shape(s: Shape, dtype: torch.dtype, opt: TuneOptions = TuneOptions()) -> dict:
     """Check and time every candidate for one shape; returns the JSON-able record."""
     t_start = time.perf_counter()
-    names, lt_names = candidates(s, dtype, opt)
-    lt_rank = {}
+    stats: dict = {}
+    names, lt_names = candidates(s, dtype, opt, stats)
+    lt_rank = {}  # cuBLASLt blob -> "cublaslt#<i>" (heuristic or split-K) or "cublaslt#<i>e" (enumerated)
     for name in names:
-        if name.startswith("cublaslt:"):
-            lt_rank[name] = f"cublaslt#{len(lt_rank)}"
+        plain = name.removesuffix(ENUMERATED)
+        if name.startswith("cublaslt:") and plain not in lt_rank:
+            lt_rank[plain] = f"cublaslt#{len(lt_rank)}" + ("e" if name != plain else "")
+    names = list(dict.fromkeys(n.removesuffix(ENUMERATED) for n in names))
     a, b = chk.random_inputs(s.m, s.n, s.k, dtype)
     ref = chk.reference(a, b)
     inp = Inputs(s.m, s.n, s.k, dtype)
@@ -140,9 +157,9 @@ def tune_shape(s: Shape, dtype: torch.dtype, opt: TuneOptions = TuneOptions()) -
         "cublaslt_heuristic_us": final_us.get(lt_names[0]) if lt_names else None,
         "cublaslt_autotune": lt_best,
         "cublaslt_autotune_us": final_us.get(lt_best) if lt_best else None,
-        "best": best, "best_us": final_us[best],
+        "best": best, "best_label": short_name(best, lt_rank), "best_us": final_us[best],
         "torch_rel_err": results["torch"]["rel_err"], "best_rel_err": results[best]["rel_err"],
-        "calls_per_graph": calls, "input_sets": len(inp),
+        "calls_per_graph": calls, "input_sets": len(inp), **stats,
         "candidates": {short_name(n, lt_rank): r for n, r in results.items()},
         "seconds": time.perf_counter() - t_start,
     }

@@ -8,6 +8,7 @@
 #include <map>
 #include <mutex>
 #include <tuple>
+#include <vector>
 
 namespace {
 
@@ -102,6 +103,81 @@ int kr_lt_with_splitk(int dtype, int m, int n, int k, const void* algo, int spli
   if (st != CUBLAS_STATUS_SUCCESS) return static_cast<int>(st);
   std::memcpy(algo_out, &a, sizeof(a));
   *workspace_out = result.workspaceSize;
+  return 0;
+}
+
+// Enumerates cuBLASLt's algorithm space for the problem, beyond what its heuristic lists: every algorithm id
+// for the data types, each tile the algorithm offers, each cluster shape in `clusters`, CTA swizzling off and (where
+// supported) on.  For each of those it keeps the first stage count (undefined first, then the algorithm's list)
+// that cublasLtMatmulAlgoCheck accepts within `workspace_cap`.  Stops after `max_checks` checks or `max_out` kept
+// configurations.  Fills `algos_out` (64 bytes each), `workspace_out` and `waves_out` (the check's wave count);
+// `count_out` = configurations kept, `checked_out` = checks made.  Returns a cublasStatus_t.
+int kr_lt_enumerate(int dtype, int m, int n, int k, size_t workspace_cap, const int* clusters, int n_clusters,
+                    int max_checks, int max_out, void* algos_out, size_t* workspace_out, float* waves_out,
+                    int* count_out, int* checked_out) {
+  *count_out = 0;
+  *checked_out = 0;
+  if (int st = handle()) return st;
+  Problem* p = problem(dtype, m, n, k);
+  if (!p) return -1;
+  cudaDataType_t t = dtype_of(dtype);
+  std::vector<int> ids(512);
+  int n_ids = 0;
+  cublasStatus_t st = cublasLtMatmulAlgoGetIds(g_handle, CUBLAS_COMPUTE_32F, CUDA_R_32F, t, t, t, t,
+                                               static_cast<int>(ids.size()), ids.data(), &n_ids);
+  if (st != CUBLAS_STATUS_SUCCESS) return static_cast<int>(st);
+  int kept = 0, checked = 0;
+  auto cap_list = [](const cublasLtMatmulAlgo_t& a, cublasLtMatmulAlgoCapAttributes_t attr) {
+    size_t bytes = 0;
+    cublasLtMatmulAlgoCapGetAttribute(&a, attr, nullptr, 0, &bytes);
+    std::vector<uint32_t> out(bytes / sizeof(uint32_t));
+    if (!out.empty()) cublasLtMatmulAlgoCapGetAttribute(&a, attr, out.data(), bytes, &bytes);
+    return out;
+  };
+  for (int i = 0; i < n_ids && kept < max_out && checked < max_checks; ++i) {
+    cublasLtMatmulAlgo_t base;
+    if (cublasLtMatmulAlgoInit(g_handle, CUBLAS_COMPUTE_32F, CUDA_R_32F, t, t, t, t, ids[i], &base) !=
+        CUBLAS_STATUS_SUCCESS)
+      continue;
+    std::vector<uint32_t> tiles = cap_list(base, CUBLASLT_ALGO_CAP_TILE_IDS);
+    if (tiles.empty()) tiles.push_back(CUBLASLT_MATMUL_TILE_UNDEFINED);
+    std::vector<uint32_t> stages = cap_list(base, CUBLASLT_ALGO_CAP_STAGES_IDS);
+    stages.insert(stages.begin(), CUBLASLT_MATMUL_STAGES_UNDEFINED);
+    uint32_t swizzle_support = 0;
+    size_t w = 0;
+    cublasLtMatmulAlgoCapGetAttribute(&base, CUBLASLT_ALGO_CAP_CTA_SWIZZLING_SUPPORT, &swizzle_support,
+                                      sizeof(swizzle_support), &w);
+    for (uint32_t tile : tiles) {
+      for (int c = 0; c < n_clusters; ++c) {
+        for (uint32_t swz = 0; swz <= (swizzle_support ? 1u : 0u); ++swz) {
+          for (uint32_t stage : stages) {
+            if (kept >= max_out || checked >= max_checks) break;
+            cublasLtMatmulAlgo_t a = base;
+            uint16_t cluster = static_cast<uint16_t>(clusters[c]);
+            cublasLtMatmulAlgoConfigSetAttribute(&a, CUBLASLT_ALGO_CONFIG_TILE_ID, &tile, sizeof(tile));
+            cublasLtMatmulAlgoConfigSetAttribute(&a, CUBLASLT_ALGO_CONFIG_STAGES_ID, &stage, sizeof(stage));
+            cublasLtMatmulAlgoConfigSetAttribute(&a, CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING, &swz, sizeof(swz));
+            if (cublasLtMatmulAlgoConfigSetAttribute(&a, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, &cluster,
+                                                     sizeof(cluster)) != CUBLAS_STATUS_SUCCESS)
+              break;
+            cublasLtMatmulHeuristicResult_t result;
+            ++checked;
+            if (cublasLtMatmulAlgoCheck(g_handle, p->op, p->a, p->b, p->c, p->c, &a, &result) !=
+                    CUBLAS_STATUS_SUCCESS ||
+                result.workspaceSize > workspace_cap)
+              continue;
+            std::memcpy(static_cast<char*>(algos_out) + 64 * kept, &a, sizeof(a));
+            workspace_out[kept] = result.workspaceSize;
+            waves_out[kept] = result.wavesCount;
+            ++kept;
+            break;  // one stage count per (tile, cluster, swizzle)
+          }
+        }
+      }
+    }
+  }
+  *count_out = kept;
+  *checked_out = checked;
   return 0;
 }
 
