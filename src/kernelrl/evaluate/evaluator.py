@@ -352,12 +352,10 @@ class Evaluator:
             ph.mark("graphs")
             report = self._report(cand, left, flags, reported)
             latency = _ratio(ref_t, cand_t)
-            primary = {"speedup": latency, "speedup_stderr": stderr, "speedup_method": cand_t.method,
-                       "compile_speedup": _ratio(comp_t, cand_t) if comp_t else None}
+            primary = {"speedup": latency, "speedup_stderr": stderr, "speedup_method": cand_t.method}
             if graphs and cfg.timing_basis == "device":
-                primary = {"speedup": graphs["graph_speedup"], "speedup_stderr": graphs.pop("graph_stderr"),
-                           "speedup_method": "cuda_graph",
-                           "compile_speedup": _ratio(graphs.get("reference_compiled_graph"), graphs["candidate_graph"])}
+                primary = {"speedup": graphs["graph_speedup"], "speedup_stderr": graphs["graph_stderr"],
+                           "speedup_method": "cuda_graph"}
             graphs.pop("graph_stderr", None)
             self._roofline(task, state, graphs.get("candidate_graph") or cand_t, flags)
             threshold = max(cfg.recheck_speedup, task.meta.suspicious_speedup or 0)
@@ -374,6 +372,9 @@ class Evaluator:
                 ph.mark("recheck")
             if primary["speedup_stderr"] is not None and not math.isfinite(primary["speedup_stderr"]):
                 primary["speedup_stderr"] = None
+            on_graphs = primary["speedup_method"] == "cuda_graph"  # the compile speedup uses the same method
+            primary["compile_speedup"] = _ratio(graphs.get("reference_compiled_graph") if on_graphs else comp_t,
+                                                graphs["candidate_graph"] if on_graphs else cand_t)
             return {"status": "ok", "message": "", **primary, "latency_speedup": latency, "reference": ref_t,
                     "candidate_timing": cand_t, "reference_compiled": comp_t, "error": error, "flags": flags,
                     "confinement": report, **graphs}
@@ -546,9 +547,8 @@ class Evaluator:
         ref_s, ref_w, cand_s, cand_w, comp_s, quiet, ratios = [], [], [], [], [], [], []
         seed = secrets.randbits(62)  # one base input set; every timed call gets a fresh permutation of it
         for r in range(max(cfg.timing_rounds, cfg.max_timing_rounds)):
-            if r >= cfg.timing_rounds and (cfg.timing_precision <= 0
-                                           or _relative_stderr(ratios) <= cfg.timing_precision):
-                break  # precise enough (or fixed rounds asked for)
+            if self._precise_enough(r, ratios):
+                break
             op = self._time_op(seed)
             order = ("ref", "cand") if r % 2 == 0 else ("cand", "ref")
             got = {}
@@ -595,6 +595,13 @@ class Evaluator:
         return (Timing.from_samples(ref_s, self._method(), ref_w), cand_t,
                 Timing.from_samples(comp_s, self._method()) if comp_s else None, _relative_stderr(ratios))
 
+    def _precise_enough(self, rounds: int, ratios: list[float]) -> bool:
+        """Whether `rounds` rounds with per-round speedups `ratios` suffice: the minimum is done and the speedup
+        is as precise as asked (or fixed rounds were asked for, precision 0)."""
+        cfg = self.config
+        return rounds >= cfg.timing_rounds and (cfg.timing_precision <= 0
+                                                or _relative_stderr(ratios) <= cfg.timing_precision)
+
     def _graphs(self, task, ref, cand, left, flags, first) -> dict:
         """CUDA-graph replay times (device time) of both programs, when both can be captured.
 
@@ -606,8 +613,7 @@ class Evaluator:
         compiled = cfg.compare_compile
         seed = secrets.randbits(62)
         for r in range(max(cfg.timing_rounds, cfg.max_timing_rounds)):
-            if r >= cfg.timing_rounds and (cfg.timing_precision <= 0
-                                           or _relative_stderr(ratios) <= cfg.timing_precision):
+            if self._precise_enough(r, ratios):
                 break
             op = self._time_op(seed, kind="graph")
             if r % 2 == 0:
