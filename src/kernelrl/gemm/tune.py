@@ -25,8 +25,6 @@ from kernelrl.gemm.space import (DRAM_BYTES_PER_US, LAUNCH_US, PEAK_FLOPS_PER_US
 from kernelrl.gemm.timing import Inputs, calls_for, time_graph, time_graphs
 
 DTYPE_NAMES = {"fp16": torch.float16, "bf16": torch.bfloat16}
-# Marks a cuBLASLt name that came from the enumerated space, not the heuristic's list (dropped before launching).
-ENUMERATED = "~enum"
 BROKEN: set[str] = set()  # candidates that failed to compile in this process
 
 
@@ -60,11 +58,12 @@ def estimate_torch_us(s: Shape) -> float:
 
 
 def candidates(s: Shape, dtype: torch.dtype, opt: TuneOptions, stats: dict | None = None
-               ) -> tuple[list[str], list[str]]:
-    """(all candidate names, the cuBLASLt autotune baseline's names) for one shape; `stats` gets the size of
-    the enumerated cuBLASLt space and the checks it took."""
+               ) -> tuple[list[str], list[str], set[str]]:
+    """(all candidate names, the cuBLASLt autotune baseline's names, the names from the enumerated cuBLASLt
+    space) for one shape; `stats` gets the size of that space and the checks it took."""
     names = ["torch"]
     lt_names: list[str] = []
+    enumerated: set[str] = set()
     try:
         from kernelrl.gemm import cublaslt
 
@@ -85,7 +84,8 @@ def candidates(s: Shape, dtype: torch.dtype, opt: TuneOptions, stats: dict | Non
                 stats.update(lt_space=len(space), lt_checks=checked)
             known = {cublaslt.config_key(a.info) for a in algos}
             infos = [(c.algo.info, c.waves) for c in space]
-            names += [space[i].algo.name + ENUMERATED for i in cublaslt.pick(infos, known, opt.lt_enum_top)]
+            enumerated = {space[i].algo.name for i in cublaslt.pick(infos, known, opt.lt_enum_top)}
+            names += sorted(enumerated)
     except (OSError, FileNotFoundError, RuntimeError) as e:
         print(f"cuBLASLt family unavailable for {s}: {e}")
     names += [c.name for c in triton_candidates(s, opt.triton_top)]
@@ -96,20 +96,18 @@ def candidates(s: Shape, dtype: torch.dtype, opt: TuneOptions, stats: dict | Non
         if n not in seen:
             seen.add(n)
             out.append(n)
-    return out, lt_names
+    return out, lt_names, enumerated
 
 
 def tune_shape(s: Shape, dtype: torch.dtype, opt: TuneOptions = TuneOptions()) -> dict:
     """Check and time every candidate for one shape; returns the JSON-able record."""
     t_start = time.perf_counter()
     stats: dict = {}
-    names, lt_names = candidates(s, dtype, opt, stats)
+    names, lt_names, enumerated = candidates(s, dtype, opt, stats)
     lt_rank = {}  # cuBLASLt blob -> "cublaslt#<i>" (heuristic or split-K) or "cublaslt#<i>e" (enumerated)
     for name in names:
-        plain = name.removesuffix(ENUMERATED)
-        if name.startswith("cublaslt:") and plain not in lt_rank:
-            lt_rank[plain] = f"cublaslt#{len(lt_rank)}" + ("e" if name != plain else "")
-    names = list(dict.fromkeys(n.removesuffix(ENUMERATED) for n in names))
+        if name.startswith("cublaslt:"):
+            lt_rank[name] = f"cublaslt#{len(lt_rank)}" + ("e" if name in enumerated else "")
     a, b = chk.random_inputs(s.m, s.n, s.k, dtype)
     ref = chk.reference(a, b)
     inp = Inputs(s.m, s.n, s.k, dtype)
