@@ -181,3 +181,14 @@ def test_a_shape_whose_kernel_cannot_load_falls_back_to_torch_with_a_warning():
     with pytest.warns(RuntimeWarning, match="using torch.matmul"):
         c = d(a, b)
     assert torch.equal(c, torch.matmul(a, b))
+
+
+def test_a_tuned_shape_records_the_enumerated_cublaslt_candidates_and_a_correct_winner():
+    from kernelrl.gemm.tune import TuneOptions, tune_shape
+
+    rec = tune_shape(Shape(1024, 2048, 4096), torch.float16, TuneOptions(lt_enum_top=4, triton_top=1, cutlass_top=1))
+    enumerated = [k for k in rec["candidates"] if k.startswith("cublaslt#") and k.endswith("e")]
+    assert 1 <= len(enumerated) <= 4 and rec["lt_space"] > 0 and rec["lt_checks"] >= rec["lt_space"]
+    assert all(rec["candidates"][k]["ok"] for k in enumerated), {k: rec["candidates"][k] for k in enumerated}
+    assert rec["best_label"] in rec["candidates"] and rec["candidates"][rec["best_label"]]["ok"]
+    assert rec["best_us"] <= rec["torch_us"] and rec["best_rel_err"] <= 2 * rec["torch_rel_err"]
