@@ -118,6 +118,8 @@ def main() -> None:
     ap.add_argument("--retune-between", type=float, nargs=2, default=None, metavar=("LO_US", "HI_US"),
                     help="drop committed tuning records of shapes estimated at LO-HI us (their search space "
                          "changed), so they are tuned again")
+    ap.add_argument("--augment", default="", help="search this family (e.g. splitk) on the recorded shapes "
+                    "that have candidates of it and were not searched for it yet")
     ap.add_argument("--fresh-bench", action="store_true", help="benchmark every shape again (the table changed)")
     args = ap.parse_args()
     OUT.mkdir(parents=True, exist_ok=True)
@@ -129,7 +131,7 @@ def main() -> None:
         host_overhead()
     from kernelrl.gemm.shapes import Shape, read_shapes
     from kernelrl.gemm.table import from_records, read_records
-    from kernelrl.gemm.tune import tune
+    from kernelrl.gemm.tune import augment, tune
 
     shapes = read_shapes(args.shapes)
     tune_gz = RESULTS / "gemm_tune_h200.jsonl.gz"
@@ -146,11 +148,15 @@ def main() -> None:
             lo < estimate_torch_us(Shape(*(json.loads(line)[d] for d in "mnk"))) <= hi)]
         work.write_text("".join(f"{line}\n" for line in kept))
         log(f"retuning shapes estimated at {lo:g}-{hi:g} us: {len(kept)} records kept")
+    unsearched = 0
     try:
         tune(shapes, work, "fp16", deadline_s=left(args.deadline) - args.bench_reserve - 30, log=log)
         if args.bf16_shapes:
             tune(read_shapes(args.bf16_shapes), work, "bf16",
                  deadline_s=left(args.deadline) - args.bench_reserve - 30, log=log)
+        if args.augment:
+            unsearched = augment(work, args.augment, shapes, deadline_s=left(args.deadline) - args.bench_reserve - 30,
+                                 log=log)
     finally:
         with work.open("rb") as src, gzip.open(OUT / "gemm_tune_h200.jsonl.gz", "wb") as dst:
             shutil.copyfileobj(src, dst)
@@ -163,7 +169,7 @@ def main() -> None:
     table.save(OUT / "tuned_h200.json")
     log(f"table: {len(table.entries)} shapes, {len(table.lookup())} not torch")
     tuned = {(r["m"], r["n"], r["k"], r["dtype"]): r for r in records}
-    complete = all((s.m, s.n, s.k, "fp16") in tuned for s in shapes)
+    complete = all((s.m, s.n, s.k, "fp16") in tuned for s in shapes) and not unsearched
     shutil.copy(OUT / "tuned_h200.json", ROOT / "src" / "kernelrl" / "gemm" / "data" / "tuned_h200.json")
     if complete and not args.skip_tests and left(args.deadline) > 150:
         proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-m", "gpu", "-p", "no:cacheprovider",

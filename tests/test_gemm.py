@@ -12,8 +12,9 @@ from kernelrl.gemm.cli import app
 from kernelrl.gemm.dispatch import Dispatcher, matmul
 from kernelrl.gemm.report import markdown, read_rows, summarise, write_report
 from kernelrl.gemm.shapes import GRID_SIZES, Shape, grid, read_shapes
-from kernelrl.gemm.space import (CUTLASS_CONFIGS, SMEM_BYTES, TRITON_CONFIGS, CutlassVariant, TritonConfig,
-                                 cutlass_candidates, estimate_us, triton_candidates)
+from kernelrl.gemm.space import (CUTLASS_CONFIGS, SMEM_BYTES, SPLITK_MAX_OUTPUT, SPLITK_TILES, TRITON_CONFIGS,
+                                 CutlassVariant, SplitKConfig, TritonConfig, cutlass_candidates, estimate_us,
+                                 splitk_candidates, triton_candidates)
 from kernelrl.gemm.table import Entry, Table, from_records, read_records
 from kernelrl.gemm.tune import done_keys, plain_results
 
@@ -67,6 +68,47 @@ def test_pruning_proposes_split_k_or_stream_k_for_few_output_tiles_and_deep_k():
 def test_pruning_proposes_no_k_split_for_a_large_square():
     names = [v.name for v in cutlass_candidates(Shape(8192, 8192, 8192), 6)]
     assert not any("splitk" in n or "streamk" in n for n in names)
+
+
+def test_split_k_names_round_trip_and_a_malformed_one_says_the_form():
+    for c in SPLITK_TILES:
+        assert c.smem_bytes <= SMEM_BYTES
+        for v in (c, c.with_splits(16)):
+            assert SplitKConfig.parse(v.name) == v
+    for bad in ("splitk:64x64_s4_w4/k2", "splitk:64x64x64_s4_w4", "splitk:64x64x64_s4_w4/k0"):
+        with pytest.raises(ValueError, match="splitk:<BM>x<BN>x<BK>_s<stages>_w<warps>/k<splits>|at least one"):
+            SplitKConfig.parse(bad)
+
+
+def test_split_k_search_splits_deep_k_over_the_sms_and_keeps_tiles_within_the_output():
+    cands = splitk_candidates(Shape(64, 64, 8192), 8)
+    assert cands and all(c.bm == 64 and c.bn == 64 for c in cands)  # larger tiles would compute padding
+    assert max(c.splits for c in cands) >= 16  # one output tile: the K loop is what there is to spread
+    assert all(8192 // c.splits >= 2 * c.bk for c in cands)
+    tiles = {c.name.split("/")[0] for c in splitk_candidates(Shape(1024, 1024, 4096), 8)}
+    assert len(tiles) >= 4  # every fitting tile gets its best split before any tile gets a second
+
+
+def test_split_k_is_not_proposed_for_a_large_output_or_a_shallow_k():
+    assert splitk_candidates(Shape(4096, 2048, 8192)) == []  # 8M outputs: beyond the workspace
+    assert 4096 * 2048 > SPLITK_MAX_OUTPUT
+    assert splitk_candidates(Shape(256, 256, 128)) == []
+
+
+def test_a_triton_compile_failure_marks_the_configuration_not_the_run_time_split():
+    from kernelrl.gemm.tune import compile_key
+
+    assert compile_key("splitk:64x64x64_s4_w4/k8") == compile_key("splitk:64x64x64_s4_w4/k32")
+    assert compile_key("triton:128x128x64_s4_w8") == "triton:128x128x64_s4_w8"
+    assert compile_key("cutlass:pp_64x128x64_c1x1_p/auto_r0_s1") is None
+
+
+def test_registry_knows_the_split_k_family():
+    from kernelrl.gemm.registry import family
+
+    assert family("splitk:64x64x64_s4_w4/k8") == "splitk"
+    with pytest.raises(ValueError, match="unknown kernel family"):
+        family("splitc:64x64x64_s4_w4/k8")
 
 
 def test_cost_model_prefers_large_tiles_on_large_problems_and_grows_with_k():
@@ -153,6 +195,35 @@ def test_tuner_resume_skips_recorded_shapes_and_a_line_cut_short(tmp_path):
     p = tmp_path / "r.jsonl"
     p.write_text(json.dumps({"m": 64, "n": 64, "k": 64, "dtype": "fp16"}) + "\n" + '{"m": 128, "n"')
     assert done_keys(p) == {(64, 64, 64, "fp16")}
+
+
+def test_adding_a_family_searches_only_shapes_it_has_candidates_for_and_resumes(tmp_path, monkeypatch):
+    from kernelrl.gemm import tune as tn
+
+    def rec(m, n, k):
+        return {"m": m, "n": n, "k": k, "dtype": "fp16", "best": "torch", "best_label": "torch", "candidates": {}}
+
+    p = tmp_path / "r.jsonl"
+    p.write_text("".join(json.dumps(rec(*s)) + "\n" for s in [(64, 64, 8192), (128, 128, 4096), (8192, 8192, 64)]))
+    seen = []
+
+    def fake_augment_shape(record, names, opt, tag):  # stands in for the GPU measurement only
+        seen.append((record["m"], record["n"], record["k"]))
+        assert names and all(n.startswith("splitk:") for n in names)
+        return {**record, "best": names[0], "best_label": names[0], "best_us": 1.0, "torch_us": 2.0,
+                "augmented": [tag]}
+
+    monkeypatch.setattr(tn, "augment_shape", fake_augment_shape)
+    logs = []
+    assert tn.augment(p, "splitk", deadline_s=0.0, log=logs.append) == 2  # nothing fits a zero deadline
+    assert "2 shapes left" in logs[-1] and seen == []
+    assert tn.augment(p, "splitk", log=logs.append) == 0
+    assert sorted(seen) == [(64, 64, 8192), (128, 128, 4096)]  # a large output with a shallow K has none
+    recs = {(r["m"], r["n"], r["k"]): r for r in map(json.loads, p.read_text().splitlines())}
+    assert len(recs) == 3 and recs[(64, 64, 8192)]["best"].startswith("splitk:")
+    assert tn.augment(p, "splitk", log=logs.append) == 0 and len(seen) == 2  # done shapes are not searched again
+    with pytest.raises(ValueError, match="unknown family to add"):
+        tn.augment(p, "triton")
 
 
 def test_gzipped_records_are_unpacked_appended_and_packed_again(tmp_path):

@@ -1,7 +1,7 @@
 """Kernel names to launchers: every family's kernel is a function (a, b, c) -> None writing A @ B into c.
 
 Names: `torch`; `cublaslt` (cuBLASLt's own default, no algorithm given); `cublaslt:<64-byte algo hex>`;
-`triton:<config>`; `cutlass:<config>/<run-time arguments>`.
+`triton:<config>`; `splitk:<tile>/k<splits>` (Triton split-K); `cutlass:<config>/<run-time arguments>`.
 """
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import functools
 
 import torch
 
-from kernelrl.gemm.space import CutlassVariant, TritonConfig
+from kernelrl.gemm.space import CutlassVariant, SplitKConfig, TritonConfig
 
-FAMILIES = ("torch", "cublaslt", "triton", "cutlass")
+FAMILIES = ("torch", "cublaslt", "triton", "splitk", "cutlass")
 
 
 def family(name: str) -> str:
@@ -48,6 +48,10 @@ def make_launcher(name: str, m: int, n: int, k: int, dtype=torch.float16, device
         from kernelrl.gemm import triton_family
 
         return triton_family.make_launcher(TritonConfig.parse(name), m, n, k)
+    if fam == "splitk":
+        from kernelrl.gemm import triton_family
+
+        return triton_family.make_splitk_launcher(SplitKConfig.parse(name), m, n, k)
     from kernelrl.gemm import cutlass
 
     return cutlass.make_launcher(CutlassVariant.parse(name), workspace(dev), m, n, k, dtype)

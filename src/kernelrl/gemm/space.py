@@ -49,6 +49,46 @@ class TritonConfig:
 
 
 @dataclass(frozen=True)
+class SplitKConfig:
+    """One configuration of the Triton split-K kernel: a compile-time tile plus the run-time K split."""
+
+    bm: int
+    bn: int
+    bk: int
+    stages: int
+    warps: int
+    splits: int = 1
+
+    @property
+    def name(self) -> str:
+        return f"splitk:{self.bm}x{self.bn}x{self.bk}_s{self.stages}_w{self.warps}/k{self.splits}"
+
+    @property
+    def smem_bytes(self) -> int:
+        return 2 * self.stages * (self.bm * self.bk + self.bk * self.bn)
+
+    def with_splits(self, splits: int) -> "SplitKConfig":
+        return SplitKConfig(self.bm, self.bn, self.bk, self.stages, self.warps, splits)
+
+    @classmethod
+    def parse(cls, name: str) -> "SplitKConfig":
+        """Inverse of `name`."""
+        try:
+            tile, splits = name.split(":", 1)[1].split("/")
+            dims, stages, warps = tile.split("_")
+            bm, bn, bk = (int(x) for x in dims.split("x"))
+            if not (stages[0] == "s" and warps[0] == "w" and splits[0] == "k"):
+                raise ValueError(name)
+            cfg = cls(bm, bn, bk, int(stages[1:]), int(warps[1:]), int(splits[1:]))
+        except ValueError as e:
+            raise ValueError(f"malformed split-K kernel name {name!r}: expected "
+                             "splitk:<BM>x<BN>x<BK>_s<stages>_w<warps>/k<splits>") from e
+        if cfg.splits < 1:
+            raise ValueError(f"split-K kernel {name!r} needs at least one split")
+        return cfg
+
+
+@dataclass(frozen=True)
 class CutlassConfig:
     """One compiled CUTLASS SM90 configuration (the template's -D macros)."""
 
@@ -114,6 +154,12 @@ TRITON_CONFIGS: tuple[TritonConfig, ...] = tuple(
     # Triton 3.6's Hopper warp-specialisation pass fails on these two tile shapes (PassManager::run failed)
     if not (ws and (bm, bn) in ((64, 256), (128, 64)))
 )
+
+SPLITK_TILES: tuple[SplitKConfig, ...] = (
+    SplitKConfig(64, 64, 64, 4, 4), SplitKConfig(64, 64, 128, 3, 4), SplitKConfig(64, 128, 64, 4, 4),
+    SplitKConfig(128, 64, 64, 4, 4), SplitKConfig(128, 128, 64, 4, 8), SplitKConfig(128, 256, 64, 3, 8),
+)
+SPLITK_MAX_OUTPUT = 1 << 22  # the fp32 workspace holds one output: at most this many elements (16 MiB)
 
 CUTLASS_CONFIGS: tuple[CutlassConfig, ...] = (
     CutlassConfig(128, 128, 64, streamk=True),
@@ -181,3 +227,29 @@ def cutlass_candidates(shape: Shape, top: int = 6) -> list[CutlassVariant]:
             scored.append((base, i, CutlassVariant(cfg)))
     scored.sort(key=lambda t: (t[0], t[1]))
     return [v for _, _, v in scored[:top]]
+
+
+def splitk_candidates(shape: Shape, top: int = 8) -> list[SplitKConfig]:
+    """Up to `top` split-K configurations for `shape`: the cost model's best K split of every tile that fits
+    the output, then each tile's second best. Only for shapes with a small output and a deep K (few output
+    tiles, each a long serial K loop); empty for others."""
+    if shape.m * shape.n > SPLITK_MAX_OUTPUT or shape.k < 256:
+        return []
+    per_tile: list[list[tuple[float, SplitKConfig]]] = []
+    for cfg in SPLITK_TILES:
+        if cfg.bm > max(64, shape.m) or cfg.bn > max(64, shape.n):
+            continue  # a tile larger than the output computes padding
+        tiles = math.ceil(shape.m / cfg.bm) * math.ceil(shape.n / cfg.bn)
+        scored = []
+        s = 1
+        while s <= 64 and shape.k >= 2 * s * cfg.bk and tiles * s <= 4 * NUM_SMS:
+            # atomic adds resolve in L2: count half the DRAM fix-up traffic the generic model assumes
+            fixup = (s - 1) * shape.m * shape.n * 8 / DRAM_BYTES_PER_US
+            scored.append((estimate_us(shape, cfg.bm, cfg.bn, splits=s) - 0.5 * fixup, cfg.with_splits(s)))
+            s *= 2
+        if scored:
+            per_tile.append(sorted(scored, key=lambda t: (t[0], t[1].splits)))
+    ranked = [t[0] for t in per_tile] + [t[1] for t in per_tile if len(t) > 1]
+    firsts = sorted(ranked[:len(per_tile)], key=lambda t: t[0])
+    seconds = sorted(ranked[len(per_tile):], key=lambda t: t[0])
+    return [c for _, c in (firsts + seconds)[:top]]

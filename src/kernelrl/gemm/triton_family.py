@@ -1,9 +1,10 @@
-"""The Triton family: launches the persistent TMA kernel for one configuration with little Python overhead."""
+"""The Triton families: launch the persistent TMA kernel, or the split-K kernel, for one configuration with
+little Python overhead."""
 from __future__ import annotations
 
 import torch
 
-from kernelrl.gemm.space import NUM_SMS, TritonConfig
+from kernelrl.gemm.space import NUM_SMS, SPLITK_MAX_OUTPUT, SplitKConfig, TritonConfig
 
 
 def _descriptor(t: torch.Tensor, block: list[int]):
@@ -40,5 +41,99 @@ def make_launcher(cfg: TritonConfig, m: int, n: int, k: int, acc_fp16: bool = Fa
                      None, da, db, dc, m, n, k, *constexprs)
         else:
             compiled.append(jit(da, db, dc, m, n, k, **meta, num_warps=cfg.warps, num_stages=cfg.stages))
+
+    return launch
+
+
+class _Scratch:
+    """Zeroed fp32 workspaces and tile counters of the split-K kernels, one pair per CUDA stream.
+
+    The kernel leaves both at zero when it finishes, so a pair is zeroed once, when it is made. Kernels of one
+    stream run one after the other and share a pair; kernels of two streams could run at the same time, so
+    each stream has its own (as torch gives cuBLAS a workspace per stream; two graphs captured on one stream
+    share theirs). A stream first seen during CUDA-graph capture takes a spare pair zeroed ahead of time
+    (`reserve`, called when a launcher is made), so that no graph depends on another graph's zeroing."""
+
+    def __init__(self):
+        self._pairs: dict[tuple[int, int], tuple[torch.Tensor, torch.Tensor]] = {}
+        self._spare: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+
+    @staticmethod
+    def _fits(pair, floats: int, counters: int) -> bool:
+        return pair is not None and pair[0].numel() >= floats and pair[1].numel() >= counters
+
+    @staticmethod
+    def _zeros(device: int, floats: int, counters: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return (torch.zeros(floats, dtype=torch.float32, device=f"cuda:{device}"),
+                torch.zeros(counters, dtype=torch.int32, device=f"cuda:{device}"))
+
+    def reserve(self, device: int, floats: int, counters: int) -> None:
+        """Keep a zeroed spare pair of at least this size for a stream first seen during graph capture."""
+        if not self._fits(self._spare.get(device), floats, counters) and not torch.cuda.is_current_stream_capturing():
+            old = self._spare.get(device)
+            self._spare[device] = self._zeros(device, max(floats, old[0].numel() if old else 0),
+                                              max(counters, old[1].numel() if old else 0))
+
+    def get(self, stream: int, device: int, floats: int, counters: int) -> tuple[torch.Tensor, torch.Tensor]:
+        key = (device, stream)
+        pair = self._pairs.get(key)
+        if not self._fits(pair, floats, counters):
+            spare = self._spare.get(device)
+            if torch.cuda.is_current_stream_capturing() and self._fits(spare, floats, counters):
+                pair = self._spare.pop(device)
+            else:  # eager: zeroed now; under capture without a spare: zeroed by the graph before its kernels
+                pair = self._zeros(device, max(floats, pair[0].numel() if pair else 0),
+                                   max(counters, pair[1].numel() if pair else 0))
+            self._pairs[key] = pair  # a replaced pair stays alive in the launchers that hold it
+        return pair
+
+
+SCRATCH = _Scratch()
+
+
+def make_splitk_launcher(cfg: SplitKConfig, m: int, n: int, k: int):
+    """A function (a, b, c) -> None running the Triton split-K kernel for an m x n x k problem into c.
+
+    Like `make_launcher`, the first call compiles and later calls launch the compiled kernel directly. With
+    torch's deterministic mode on, the call runs torch.matmul instead (split-K sums in a varying order)."""
+    from kernelrl.gemm.kernels.triton_splitk import matmul_splitk
+
+    if cfg.splits > 1 and m * n > SPLITK_MAX_OUTPUT:
+        raise ValueError(f"{cfg.name}: a {m}x{n} output is larger than the split-K workspace "
+                         f"({SPLITK_MAX_OUTPUT} elements); use one split")
+    tiles = -(-m // cfg.bm) * -(-n // cfg.bn)
+    k_chunk = -(-(-(-k // cfg.splits)) // cfg.bk) * cfg.bk  # ceil(ceil(k / splits) / bk) * bk
+    grid = (tiles, cfg.splits)
+    reduce = cfg.splits > 1
+    meta = dict(BM=cfg.bm, BN=cfg.bn, BK=cfg.bk, GROUP_M=8, REDUCE=reduce)
+    constexprs = tuple(meta.values())
+    jit = matmul_splitk[grid]
+    raw_stream = torch._C._cuda_getCurrentRawStream
+    deterministic = torch.are_deterministic_algorithms_enabled
+    compiled = []
+    scratch: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+    if reduce and torch.cuda.is_available():
+        SCRATCH.reserve(torch.cuda.current_device(), m * n, tiles)
+
+    def launch(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> None:
+        if reduce and deterministic():
+            torch.matmul(a, b, out=c)
+            return
+        dev = a.device.index
+        stream = raw_stream(dev)
+        if reduce:
+            pair = scratch.get(stream)
+            if pair is None:
+                pair = scratch[stream] = SCRATCH.get(stream, dev, m * n, tiles)
+            ws, cnt = pair
+        else:
+            ws = cnt = c  # unused without a reduction
+        if compiled:
+            kern = compiled[0]
+            kern.run(grid[0], grid[1], 1, stream, kern.function, kern.packed_metadata, None, None, None,
+                     a, b, c, ws, cnt, m, n, k, k_chunk, cfg.splits, *constexprs)
+        else:
+            compiled.append(jit(a, b, c, ws, cnt, m, n, k, k_chunk, cfg.splits, **meta,
+                                num_warps=cfg.warps, num_stages=cfg.stages))
 
     return launch

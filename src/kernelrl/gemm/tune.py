@@ -21,11 +21,16 @@ from kernelrl.gemm import check as chk
 from kernelrl.gemm.registry import make_launcher
 from kernelrl.gemm.shapes import Shape
 from kernelrl.gemm.space import (DRAM_BYTES_PER_US, LAUNCH_US, PEAK_FLOPS_PER_US, cutlass_candidates,
-                                 triton_candidates)
+                                 splitk_candidates, triton_candidates)
 from kernelrl.gemm.timing import Inputs, calls_for, time_graph, time_graphs
 
 DTYPE_NAMES = {"fp16": torch.float16, "bf16": torch.bfloat16}
-BROKEN: set[str] = set()  # candidates that failed to compile in this process
+BROKEN: set[str] = set()  # Triton kernels (name up to the run-time part) that failed to compile in this process
+
+
+def compile_key(name: str) -> str | None:
+    """The part of a Triton kernel's name that decides its compilation (None for other families)."""
+    return name.split("/", 1)[0] if name.startswith(("triton:", "splitk:")) else None
 
 
 def short_name(name: str, lt_rank: dict[str, str]) -> str:
@@ -45,6 +50,7 @@ class TuneOptions:
     lt_enum_above_us: float = 8.0  # ... for shapes whose estimate is above this (below, launch cost decides)
     lt_enum_below_us: float = 1000.0  # ... and below this (above, cuBLAS's own choice is within a few percent)
     triton_top: int = 4
+    splitk_top: int = 8  # Triton split-K configurations (shapes with a small output and a deep K only)
     cutlass_top: int = 6
     finalists: int = 3  # re-timed against the baselines, interleaved
     margin: float = 0.01  # a kernel must beat torch.matmul by this fraction to replace it
@@ -89,6 +95,7 @@ def candidates(s: Shape, dtype: torch.dtype, opt: TuneOptions, stats: dict | Non
     except (OSError, FileNotFoundError, RuntimeError) as e:
         print(f"cuBLASLt family unavailable for {s}: {e}")
     names += [c.name for c in triton_candidates(s, opt.triton_top)]
+    names += [c.name for c in splitk_candidates(s, opt.splitk_top)]
     if dtype == torch.float16:
         names += [v.name for v in cutlass_candidates(s, opt.cutlass_top)]
     seen, out = set(), []
@@ -108,49 +115,19 @@ def tune_shape(s: Shape, dtype: torch.dtype, opt: TuneOptions = TuneOptions()) -
     for name in names:
         if name.startswith("cublaslt:"):
             lt_rank[name] = f"cublaslt#{len(lt_rank)}" + ("e" if name in enumerated else "")
-    a, b = chk.random_inputs(s.m, s.n, s.k, dtype)
-    ref = chk.reference(a, b)
     inp = Inputs(s.m, s.n, s.k, dtype)
     calls = calls_for(estimate_torch_us(s))
-    results: dict[str, dict] = {}
-    launchers = {}
-    for name in names:
-        if name in BROKEN:
-            continue
-        try:
-            fn = make_launcher(name, s.m, s.n, s.k, dtype)
-            res = chk.check(fn, a, b, ref)
-            entry = {"rel_err": res.rel_err, "ok": res.ok, "why": res.reason}
-            if res.ok:
-                entry["us"] = time_graph(fn, inp, calls, opt.replays)
-                launchers[name] = fn
-        except Exception as e:  # a candidate that cannot build or run is recorded, never fatal
-            entry = {"ok": False, "why": f"{type(e).__name__}: {str(e)[:300]}"}
-            if name.startswith("triton:"):
-                BROKEN.add(name)  # a configuration that does not compile fails for every shape
-            torch.cuda.synchronize()
-        results[name] = entry
-    del ref
+    results, launchers = _measure(s, dtype, names, inp, calls, opt)
     timed = {n: r["us"] for n, r in results.items() if "us" in r}
     if "torch" not in timed:
         raise RuntimeError(f"torch.matmul itself failed its check on {s}: {results.get('torch')}")
     lt_timed = {n: timed[n] for n in lt_names if n in timed}
     lt_best = min(lt_timed, key=lt_timed.get) if lt_timed else None
-    torch_err = results["torch"]["rel_err"]
-    # a winner must also keep its error within twice torch's (the dispatch promise), not only under the bound
-    rivals = sorted((n for n in timed if n != "torch" and results[n]["rel_err"] <= 2 * torch_err),
-                    key=timed.get)[:opt.finalists]
-    final_set = list(dict.fromkeys(["torch", *rivals] + ([lt_best] if lt_best else [])
-                                   + ([lt_names[0]] if lt_names and lt_names[0] in timed else [])))
-    # the finalists and the baselines again, replays interleaved so that drift hits all alike
-    final_us = time_graphs({n: (launchers[n], True) for n in final_set}, inp, calls, opt.final_rounds)
-    torch_us = final_us["torch"]
-    best = min((n for n in final_us if n != "torch"), key=final_us.get, default="torch")
-    if best == "torch" or final_us[best] > torch_us * (1 - opt.margin):
-        best = "torch"
+    heur = lt_names[0] if lt_names and lt_names[0] in timed else None
+    final_us, best = _final(results, launchers, timed, [lt_best, heur], inp, calls, opt)
     return {
         "m": s.m, "n": s.n, "k": s.k, "dtype": next(k for k, v in DTYPE_NAMES.items() if v == dtype),
-        "torch_us": torch_us,
+        "torch_us": final_us["torch"],
         "cublaslt_heuristic": lt_names[0] if lt_names else None,
         "cublaslt_heuristic_us": final_us.get(lt_names[0]) if lt_names else None,
         "cublaslt_autotune": lt_best,
@@ -161,6 +138,121 @@ def tune_shape(s: Shape, dtype: torch.dtype, opt: TuneOptions = TuneOptions()) -
         "candidates": {short_name(n, lt_rank): r for n, r in results.items()},
         "seconds": time.perf_counter() - t_start,
     }
+
+
+def _measure(s: Shape, dtype: torch.dtype, names: list[str], inp: Inputs, calls: int, opt: TuneOptions
+             ) -> tuple[dict[str, dict], dict[str, object]]:
+    """Check every candidate on fresh inputs against a float64 reference, and time those that pass:
+    ({name: record entry}, {name: launcher of a passing candidate})."""
+    a, b = chk.random_inputs(s.m, s.n, s.k, dtype)
+    ref = chk.reference(a, b)
+    results: dict[str, dict] = {}
+    launchers: dict[str, object] = {}
+    for name in names:
+        if compile_key(name) in BROKEN:
+            continue
+        try:
+            fn = make_launcher(name, s.m, s.n, s.k, dtype)
+            res = chk.check(fn, a, b, ref)
+            entry = {"rel_err": res.rel_err, "ok": res.ok, "why": res.reason}
+            if res.ok:
+                entry["us"] = time_graph(fn, inp, calls, opt.replays)
+                launchers[name] = fn
+        except Exception as e:  # a candidate that cannot build or run is recorded, never fatal
+            entry = {"ok": False, "why": f"{type(e).__name__}: {str(e)[:300]}"}
+            if compile_key(name) and not isinstance(e, torch.cuda.OutOfMemoryError):
+                BROKEN.add(compile_key(name))  # a configuration that does not compile fails for every shape
+            torch.cuda.synchronize()
+        results[name] = entry
+    return results, launchers
+
+
+def _final(results: dict[str, dict], launchers: dict, timed: dict[str, float], baselines: list[str | None],
+           inp: Inputs, calls: int, opt: TuneOptions) -> tuple[dict[str, float], str]:
+    """Time the fastest few candidates, torch.matmul and the baselines again, replays interleaved so that
+    drift hits all alike; (their times, the winner: torch unless a kernel beats it by the margin)."""
+    torch_err = results["torch"]["rel_err"]
+    # a winner must also keep its error within twice torch's (the dispatch promise), not only under the bound
+    rivals = sorted((n for n in timed if n != "torch" and results[n]["rel_err"] <= 2 * torch_err),
+                    key=timed.get)[:opt.finalists]
+    final_set = list(dict.fromkeys(["torch", *rivals, *(b for b in baselines if b)]))
+    final_us = time_graphs({n: (launchers[n], True) for n in final_set}, inp, calls, opt.final_rounds)
+    best = min((n for n in final_us if n != "torch" and results[n]["rel_err"] <= 2 * torch_err),
+               key=final_us.get, default="torch")
+    if best == "torch" or final_us[best] > final_us["torch"] * (1 - opt.margin):
+        best = "torch"
+    return final_us, best
+
+
+def augment_shape(record: dict, names: list[str], opt: TuneOptions = TuneOptions(), tag: str = "") -> dict:
+    """A shape's record after searching `names` (e.g. a new family's candidates) as well: the new candidates
+    are checked and timed, then the record's winner, its baselines and the new candidates' best are timed
+    again, interleaved, and the winner is chosen afresh. The other candidates' results are kept as recorded."""
+    t_start = time.perf_counter()
+    s = Shape(record["m"], record["n"], record["k"])
+    dtype = DTYPE_NAMES[record["dtype"]]
+    inp = Inputs(s.m, s.n, s.k, dtype)
+    calls = record.get("calls_per_graph") or calls_for(estimate_torch_us(s))
+    old = [n for n in dict.fromkeys(["torch", record["best"], record.get("cublaslt_heuristic"),
+                                     record.get("cublaslt_autotune")]) if n]
+    results, launchers = _measure(s, dtype, old + [n for n in names if n not in old], inp, calls, opt)
+    if "us" not in results.get("torch", {}):
+        raise RuntimeError(f"torch.matmul itself failed its check on {s}: {results.get('torch')}")
+    timed = {n: r["us"] for n, r in results.items() if "us" in r}
+    final_us, best = _final(results, launchers, timed, old[1:], inp, calls, opt)
+    new = {n: results[n] for n in names if n in results}
+    best_label = record["best_label"] if best == record["best"] else best
+    return {**record,
+            "torch_us": final_us["torch"],
+            "cublaslt_heuristic_us": final_us.get(record.get("cublaslt_heuristic")),
+            "cublaslt_autotune_us": final_us.get(record.get("cublaslt_autotune")),
+            "best": best, "best_label": best_label, "best_us": final_us[best],
+            "torch_rel_err": results["torch"]["rel_err"], "best_rel_err": results[best]["rel_err"],
+            "candidates": {**record["candidates"], **new},
+            "augmented": sorted(set(record.get("augmented", [])) | ({tag} if tag else set())),
+            "seconds": record.get("seconds", 0.0) + time.perf_counter() - t_start}
+
+
+FAMILY_CANDIDATES = {"splitk": lambda s, opt: [c.name for c in splitk_candidates(s, opt.splitk_top)]}
+
+
+def augment(path: Path, family: str, shapes: list[Shape] | None = None, opt: TuneOptions = TuneOptions(),
+            deadline_s: float = math.inf, log=print) -> int:
+    """Search `family` on every recorded shape that has candidates of it and has not been searched for it
+    (cheapest first), rewriting the records file after each shape so that a stopped run resumes; returns
+    the number of shapes left for a later run."""
+    if family not in FAMILY_CANDIDATES:
+        raise ValueError(f"unknown family to add {family!r}: one of {sorted(FAMILY_CANDIDATES)}")
+    from kernelrl.gemm.table import read_records
+
+    t0 = time.perf_counter()
+    by_key = {(r["m"], r["n"], r["k"], r["dtype"]): r for r in read_records(path)}
+    wanted = None if shapes is None else {(s.m, s.n, s.k) for s in shapes}
+    todo = []
+    for key, r in by_key.items():
+        s = Shape(*key[:3])
+        names = FAMILY_CANDIDATES[family](s, opt)
+        if names and family not in r.get("augmented", []) and (wanted is None or key[:3] in wanted):
+            todo.append((estimate_torch_us(s), key, names))
+    todo.sort()
+    n = 0
+    for est, key, names in todo:
+        if time.perf_counter() - t0 + 3 * est * 80 / 1e6 + 2.0 > deadline_s:
+            log(f"deadline reached: {len(todo) - n} shapes left to search for {family}")
+            break
+        old = by_key[key]
+        by_key[key] = new = augment_shape(old, names, opt, tag=family)
+        _rewrite(path, by_key.values())
+        n += 1
+        log(f"{Shape(*key[:3])} {key[3]} +{family}: torch {new['torch_us']:.2f}us best {new['best_label']} "
+            f"{new['best_us']:.2f}us ({new['torch_us'] / new['best_us']:.3f}x; was {old['best_label']})")
+    return len(todo) - n
+
+
+def _rewrite(path: Path, records) -> None:
+    tmp = Path(f"{path}.tmp")
+    tmp.write_text("".join(json.dumps(r) + "\n" for r in records))
+    tmp.replace(path)
 
 
 def done_keys(path: Path) -> set[tuple[int, int, int, str]]:

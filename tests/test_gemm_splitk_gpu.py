@@ -1,0 +1,98 @@
+"""GPU specifications of the Triton split-K family: correct for every tile and split on ragged shapes, leaves
+its workspace zeroed, works in CUDA graphs (a stream first seen during capture), on concurrent streams, and
+steps aside for torch's deterministic mode."""
+import pytest
+import torch
+
+pytestmark = pytest.mark.gpu
+
+from kernelrl.gemm import check as chk  # noqa: E402
+from kernelrl.gemm.registry import make_launcher  # noqa: E402
+from kernelrl.gemm.space import SPLITK_TILES  # noqa: E402
+
+hopper = pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0),
+                            reason="tuned and tested on sm_90")
+
+
+def _scratch_is_zero() -> bool:
+    from kernelrl.gemm.triton_family import SCRATCH
+
+    torch.cuda.synchronize()
+    pairs = list(SCRATCH._pairs.values()) + list(SCRATCH._spare.values())
+    return bool(pairs) and all(int(ws.count_nonzero()) == 0 and int(cnt.count_nonzero()) == 0 for ws, cnt in pairs)
+
+
+@hopper
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_every_split_k_tile_and_split_is_correct_on_a_ragged_shape_and_leaves_the_workspace_zeroed(dtype):
+    m, n, k = 200, 136, 3000  # partial tiles in m and n, a K that no split divides evenly
+    a, b = chk.random_inputs(m, n, k, dtype)
+    ref = chk.reference(a, b)
+    for cfg in SPLITK_TILES:
+        for splits in (1, 3, 8, 16):
+            name = cfg.with_splits(splits).name
+            fn = make_launcher(name, m, n, k, dtype)
+            res = chk.check(fn, a, b, ref)  # poisoned output, guard bands, two calls
+            assert res.ok, (name, res.reason)
+            c = torch.empty(m, n, device="cuda", dtype=dtype)
+            for _ in range(3):  # repeated calls stay correct: each leaves the workspace and counters at zero
+                fn(a, b, c)
+            assert chk.rel_err(c, ref) <= 2 * chk.rel_err(torch.matmul(a, b), ref), name
+    assert _scratch_is_zero()
+
+
+@hopper
+def test_split_k_replays_in_a_cuda_graph_captured_on_a_stream_it_has_not_seen():
+    m, n, k = 128, 128, 8192
+    fn = make_launcher("splitk:64x64x64_s4_w4/k32", m, n, k)
+    a, b = chk.random_inputs(m, n, k)
+    c = torch.empty(m, n, device="cuda", dtype=torch.float16)
+    fn(a, b, c)  # compiled and run eagerly on the current stream
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):  # torch's capture stream: the launcher takes a pre-zeroed spare workspace
+        for _ in range(4):
+            fn(a, b, c)
+    for _ in range(3):
+        a2, b2 = chk.random_inputs(m, n, k)
+        a.copy_(a2)
+        b.copy_(b2)
+        g.replay()
+        torch.cuda.synchronize()
+        ref = chk.reference(a2, b2)
+        assert chk.rel_err(c, ref) <= 2 * chk.rel_err(torch.matmul(a2, b2), ref)
+    assert _scratch_is_zero()
+
+
+@hopper
+def test_split_k_on_two_streams_at_once_stays_correct():
+    m, n, k = 256, 256, 4096
+    fn = make_launcher("splitk:64x64x64_s4_w4/k16", m, n, k)
+    streams = [torch.cuda.Stream(), torch.cuda.Stream()]
+    inputs = [chk.random_inputs(m, n, k) for _ in streams]
+    outs = [torch.empty(m, n, device="cuda", dtype=torch.float16) for _ in streams]
+    torch.cuda.synchronize()
+    for _ in range(50):
+        for s, (a, b), c in zip(streams, inputs, outs):
+            with torch.cuda.stream(s):
+                fn(a, b, c)
+    torch.cuda.synchronize()
+    for (a, b), c in zip(inputs, outs):
+        ref = chk.reference(a, b)
+        assert chk.rel_err(c, ref) <= 2 * chk.rel_err(torch.matmul(a, b), ref)
+    assert _scratch_is_zero()
+
+
+@hopper
+def test_split_k_runs_torch_matmul_in_deterministic_mode(monkeypatch):
+    monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # what torch's deterministic cuBLAS needs
+    m, n, k = 128, 64, 4096
+    fn = make_launcher("splitk:64x64x64_s4_w4/k16", m, n, k)
+    a, b = chk.random_inputs(m, n, k)
+    c = torch.empty(m, n, device="cuda", dtype=torch.float16)
+    torch.use_deterministic_algorithms(True)
+    try:
+        fn(a, b, c)
+        want = torch.matmul(a, b)
+    finally:
+        torch.use_deterministic_algorithms(False)
+    assert torch.equal(c, want)
