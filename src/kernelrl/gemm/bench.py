@@ -63,7 +63,7 @@ def bench_shape(s: Shape, dtype: torch.dtype, record: dict, disp: Dispatcher, fl
     # the primary figure: graph replay, the implementations' replays interleaved; torch.matmul timed a second
     # time as its own control, so that the spread between two identical programs shows the noise floor
     graphed = {**impls, "torch_control": (torch.matmul, False)}
-    rounds = 7 if est > 2000 else (15 if est > 50 else 31)  # short kernels: more rounds against replay noise
+    rounds = 11 if est > 2000 else (15 if est > 50 else 31)  # short kernels: more rounds against replay noise
     for impl, us in tm.time_graphs(graphed, inp, calls, rounds, rng).items():
         row[f"{impl}_us"] = us
     order = list(impls)

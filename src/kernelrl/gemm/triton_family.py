@@ -96,11 +96,11 @@ def make_splitk_launcher(cfg: SplitKConfig, m: int, n: int, k: int):
 
     Like `make_launcher`, the first call compiles and later calls launch the compiled kernel directly. With
     torch's deterministic mode on, the call runs torch.matmul instead (split-K sums in a varying order)."""
-    from kernelrl.gemm.kernels.triton_splitk import matmul_splitk
-
     if cfg.splits > 1 and m * n > SPLITK_MAX_OUTPUT:
         raise ValueError(f"{cfg.name}: a {m}x{n} output is larger than the split-K workspace "
                          f"({SPLITK_MAX_OUTPUT} elements); use one split")
+    from kernelrl.gemm.kernels.triton_splitk import matmul_splitk
+
     tiles = -(-m // cfg.bm) * -(-n // cfg.bn)
     k_chunk = -(-(-(-k // cfg.splits)) // cfg.bk) * cfg.bk  # ceil(ceil(k / splits) / bk) * bk
     grid = (tiles, cfg.splits)

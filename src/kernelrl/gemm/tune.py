@@ -201,7 +201,7 @@ def augment_shape(record: dict, names: list[str], opt: TuneOptions = TuneOptions
     timed = {n: r["us"] for n, r in results.items() if "us" in r}
     final_us, best = _final(results, launchers, timed, old[1:], inp, calls, opt)
     new = {n: results[n] for n in names if n in results}
-    best_label = record["best_label"] if best == record["best"] else best
+    best_label = record.get("best_label", record["best"]) if best == record["best"] else best
     return {**record,
             "torch_us": final_us["torch"],
             "cublaslt_heuristic_us": final_us.get(record.get("cublaslt_heuristic")),
@@ -245,7 +245,7 @@ def augment(path: Path, family: str, shapes: list[Shape] | None = None, opt: Tun
         _rewrite(path, by_key.values())
         n += 1
         log(f"{Shape(*key[:3])} {key[3]} +{family}: torch {new['torch_us']:.2f}us best {new['best_label']} "
-            f"{new['best_us']:.2f}us ({new['torch_us'] / new['best_us']:.3f}x; was {old['best_label']})")
+            f"{new['best_us']:.2f}us ({new['torch_us'] / new['best_us']:.3f}x; was {old.get('best_label', old['best'])})")
     return len(todo) - n
 
 
