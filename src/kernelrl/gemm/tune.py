@@ -244,8 +244,9 @@ def augment(path: Path, family: str, shapes: list[Shape] | None = None, opt: Tun
         by_key[key] = new = augment_shape(old, names, opt, tag=family)
         _rewrite(path, by_key.values())
         n += 1
+        was = old.get("best_label", old["best"])
         log(f"{Shape(*key[:3])} {key[3]} +{family}: torch {new['torch_us']:.2f}us best {new['best_label']} "
-            f"{new['best_us']:.2f}us ({new['torch_us'] / new['best_us']:.3f}x; was {old.get('best_label', old['best'])})")
+            f"{new['best_us']:.2f}us ({new['torch_us'] / new['best_us']:.3f}x; was {was})")
     return len(todo) - n
 
 
