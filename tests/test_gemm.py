@@ -222,6 +222,18 @@ def test_adding_a_family_searches_only_shapes_it_has_candidates_for_and_resumes(
     logs = []
     assert tn.augment(p, "splitk", deadline_s=0.0, log=logs.append) == 2  # nothing fits a zero deadline
     assert "2 shapes left" in logs[-1] and seen == []
+    real = fake_augment_shape
+
+    def dies_on_the_second(record, names, opt, tag):
+        if seen:
+            raise RuntimeError("the device went away")
+        return real(record, names, opt, tag)
+
+    monkeypatch.setattr(tn, "augment_shape", dies_on_the_second)
+    with pytest.raises(RuntimeError):
+        tn.augment(p, "splitk", log=logs.append)
+    assert len(seen) == 1  # the first shape's record was written before the run died
+    monkeypatch.setattr(tn, "augment_shape", fake_augment_shape)
     assert tn.augment(p, "splitk", log=logs.append) == 0
     assert sorted(seen) == [(64, 64, 8192), (128, 128, 4096)]  # a large output with a shallow K has none
     recs = {(r["m"], r["n"], r["k"]): r for r in map(json.loads, p.read_text().splitlines())}

@@ -63,27 +63,27 @@ class _Scratch:
         return pair is not None and pair[0].numel() >= floats and pair[1].numel() >= counters
 
     @staticmethod
-    def _zeros(device: int, floats: int, counters: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def _zeros(device: int, floats: int, counters: int, old=None) -> tuple[torch.Tensor, torch.Tensor]:
+        """A zeroed pair of at least this size and at least the size of `old`."""
+        if old is not None:
+            floats, counters = max(floats, old[0].numel()), max(counters, old[1].numel())
         return (torch.zeros(floats, dtype=torch.float32, device=f"cuda:{device}"),
                 torch.zeros(counters, dtype=torch.int32, device=f"cuda:{device}"))
 
     def reserve(self, device: int, floats: int, counters: int) -> None:
         """Keep a zeroed spare pair of at least this size for a stream first seen during graph capture."""
-        if not self._fits(self._spare.get(device), floats, counters) and not torch.cuda.is_current_stream_capturing():
-            old = self._spare.get(device)
-            self._spare[device] = self._zeros(device, max(floats, old[0].numel() if old else 0),
-                                              max(counters, old[1].numel() if old else 0))
+        spare = self._spare.get(device)
+        if not self._fits(spare, floats, counters) and not torch.cuda.is_current_stream_capturing():
+            self._spare[device] = self._zeros(device, floats, counters, spare)
 
     def get(self, stream: int, device: int, floats: int, counters: int) -> tuple[torch.Tensor, torch.Tensor]:
         key = (device, stream)
         pair = self._pairs.get(key)
         if not self._fits(pair, floats, counters):
-            spare = self._spare.get(device)
-            if torch.cuda.is_current_stream_capturing() and self._fits(spare, floats, counters):
+            if torch.cuda.is_current_stream_capturing() and self._fits(self._spare.get(device), floats, counters):
                 pair = self._spare.pop(device)
             else:  # eager: zeroed now; under capture without a spare: zeroed by the graph before its kernels
-                pair = self._zeros(device, max(floats, pair[0].numel() if pair else 0),
-                                   max(counters, pair[1].numel() if pair else 0))
+                pair = self._zeros(device, floats, counters, pair)
             self._pairs[key] = pair  # a replaced pair stays alive in the launchers that hold it
         return pair
 

@@ -219,8 +219,9 @@ FAMILY_CANDIDATES = {"splitk": lambda s, opt: [c.name for c in splitk_candidates
 def augment(path: Path, family: str, shapes: list[Shape] | None = None, opt: TuneOptions = TuneOptions(),
             deadline_s: float = math.inf, log=print) -> int:
     """Search `family` on every recorded shape that has candidates of it and has not been searched for it
-    (cheapest first), rewriting the records file after each shape so that a stopped run resumes; returns
-    the number of shapes left for a later run."""
+    (cheapest first), appending each shape's new record as it is made (the last record of a shape is the one
+    that counts, so a stopped run resumes) and leaving one record per shape at the end; returns the number
+    of shapes left for a later run."""
     if family not in FAMILY_CANDIDATES:
         raise ValueError(f"unknown family to add {family!r}: one of {sorted(FAMILY_CANDIDATES)}")
     from kernelrl.gemm.table import read_records
@@ -242,18 +243,17 @@ def augment(path: Path, family: str, shapes: list[Shape] | None = None, opt: Tun
             break
         old = by_key[key]
         by_key[key] = new = augment_shape(old, names, opt, tag=family)
-        _rewrite(path, by_key.values())
+        with Path(path).open("a") as f:
+            f.write(json.dumps(new) + "\n")
         n += 1
         was = old.get("best_label", old["best"])
         log(f"{Shape(*key[:3])} {key[3]} +{family}: torch {new['torch_us']:.2f}us best {new['best_label']} "
             f"{new['best_us']:.2f}us ({new['torch_us'] / new['best_us']:.3f}x; was {was})")
+    if n:
+        tmp = Path(f"{path}.tmp")
+        tmp.write_text("".join(json.dumps(r) + "\n" for r in by_key.values()))
+        tmp.replace(path)
     return len(todo) - n
-
-
-def _rewrite(path: Path, records) -> None:
-    tmp = Path(f"{path}.tmp")
-    tmp.write_text("".join(json.dumps(r) + "\n" for r in records))
-    tmp.replace(path)
 
 
 def done_keys(path: Path) -> set[tuple[int, int, int, str]]:
