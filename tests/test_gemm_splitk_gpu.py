@@ -96,3 +96,21 @@ def test_split_k_runs_torch_matmul_in_deterministic_mode(monkeypatch):
     finally:
         torch.use_deterministic_algorithms(False)
     assert torch.equal(c, want)
+
+
+@hopper
+def test_adding_split_k_to_a_tuned_shape_records_its_candidates_and_decides_afresh():
+    from kernelrl.gemm.shapes import Shape
+    from kernelrl.gemm.space import splitk_candidates
+    from kernelrl.gemm.tune import TuneOptions, augment_shape, tune_shape
+
+    s = Shape(64, 64, 4096)
+    opt = TuneOptions(lt_enum_top=0, triton_top=1, cutlass_top=1, splitk_top=0)
+    rec = tune_shape(s, torch.float16, opt)
+    assert not any(k.startswith("splitk:") for k in rec["candidates"])
+    names = [c.name for c in splitk_candidates(s, 4)]
+    new = augment_shape(rec, names, opt, tag="splitk")
+    assert new["augmented"] == ["splitk"] and set(names) <= set(new["candidates"])
+    assert all(new["candidates"][n]["ok"] and new["candidates"][n]["us"] > 0 for n in names)
+    assert set(rec["candidates"]) <= set(new["candidates"])  # earlier results are kept
+    assert new["best_us"] <= new["torch_us"] and new["best_rel_err"] <= 2 * new["torch_rel_err"]

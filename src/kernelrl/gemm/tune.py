@@ -118,13 +118,10 @@ def tune_shape(s: Shape, dtype: torch.dtype, opt: TuneOptions = TuneOptions()) -
     inp = Inputs(s.m, s.n, s.k, dtype)
     calls = calls_for(estimate_torch_us(s))
     results, launchers = _measure(s, dtype, names, inp, calls, opt)
-    timed = {n: r["us"] for n, r in results.items() if "us" in r}
-    if "torch" not in timed:
-        raise RuntimeError(f"torch.matmul itself failed its check on {s}: {results.get('torch')}")
-    lt_timed = {n: timed[n] for n in lt_names if n in timed}
-    lt_best = min(lt_timed, key=lt_timed.get) if lt_timed else None
-    heur = lt_names[0] if lt_names and lt_names[0] in timed else None
-    final_us, best = _final(results, launchers, timed, [lt_best, heur], inp, calls, opt)
+    lt_timed = [n for n in lt_names if "us" in results.get(n, {})]
+    lt_best = min(lt_timed, key=lambda n: results[n]["us"], default=None)
+    heur = lt_names[0] if lt_names and lt_names[0] in lt_timed else None
+    final_us, best = _final(results, launchers, [lt_best, heur], inp, calls, opt)
     return {
         "m": s.m, "n": s.n, "k": s.k, "dtype": next(k for k, v in DTYPE_NAMES.items() if v == dtype),
         "torch_us": final_us["torch"],
@@ -143,7 +140,7 @@ def tune_shape(s: Shape, dtype: torch.dtype, opt: TuneOptions = TuneOptions()) -
 def _measure(s: Shape, dtype: torch.dtype, names: list[str], inp: Inputs, calls: int, opt: TuneOptions
              ) -> tuple[dict[str, dict], dict[str, object]]:
     """Check every candidate on fresh inputs against a float64 reference, and time those that pass:
-    ({name: record entry}, {name: launcher of a passing candidate})."""
+    ({name: record entry}, {name: launcher of a passing candidate}). `names` must include torch."""
     a, b = chk.random_inputs(s.m, s.n, s.k, dtype)
     ref = chk.reference(a, b)
     results: dict[str, dict] = {}
@@ -164,13 +161,16 @@ def _measure(s: Shape, dtype: torch.dtype, names: list[str], inp: Inputs, calls:
                 BROKEN.add(compile_key(name))  # a configuration that does not compile fails for every shape
             torch.cuda.synchronize()
         results[name] = entry
+    if "us" not in results.get("torch", {}):
+        raise RuntimeError(f"torch.matmul itself failed its check on {s}: {results.get('torch')}")
     return results, launchers
 
 
-def _final(results: dict[str, dict], launchers: dict, timed: dict[str, float], baselines: list[str | None],
-           inp: Inputs, calls: int, opt: TuneOptions) -> tuple[dict[str, float], str]:
+def _final(results: dict[str, dict], launchers: dict, baselines: list[str | None], inp: Inputs, calls: int,
+           opt: TuneOptions) -> tuple[dict[str, float], str]:
     """Time the fastest few candidates, torch.matmul and the baselines again, replays interleaved so that
     drift hits all alike; (their times, the winner: torch unless a kernel beats it by the margin)."""
+    timed = {n: r["us"] for n, r in results.items() if "us" in r}
     torch_err = results["torch"]["rel_err"]
     # a winner must also keep its error within twice torch's (the dispatch promise), not only under the bound
     rivals = sorted((n for n in timed if n != "torch" and results[n]["rel_err"] <= 2 * torch_err),
@@ -196,10 +196,7 @@ def augment_shape(record: dict, names: list[str], opt: TuneOptions = TuneOptions
     old = [n for n in dict.fromkeys(["torch", record["best"], record.get("cublaslt_heuristic"),
                                      record.get("cublaslt_autotune")]) if n]
     results, launchers = _measure(s, dtype, old + [n for n in names if n not in old], inp, calls, opt)
-    if "us" not in results.get("torch", {}):
-        raise RuntimeError(f"torch.matmul itself failed its check on {s}: {results.get('torch')}")
-    timed = {n: r["us"] for n, r in results.items() if "us" in r}
-    final_us, best = _final(results, launchers, timed, old[1:], inp, calls, opt)
+    final_us, best = _final(results, launchers, old[1:], inp, calls, opt)
     new = {n: results[n] for n in names if n in results}
     best_label = record.get("best_label", record["best"]) if best == record["best"] else best
     return {**record,
