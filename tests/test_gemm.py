@@ -12,9 +12,10 @@ from kernelrl.gemm.cli import app
 from kernelrl.gemm.dispatch import Dispatcher, matmul
 from kernelrl.gemm.report import markdown, read_rows, summarise, write_report
 from kernelrl.gemm.shapes import GRID_SIZES, Shape, grid, read_shapes
-from kernelrl.gemm.space import (CUTLASS_CONFIGS, SMEM_BYTES, SPLITK_MAX_OUTPUT, SPLITK_TILES, TRITON_CONFIGS,
-                                 CutlassVariant, SplitKConfig, TritonConfig, cutlass_candidates, estimate_us,
-                                 splitk_candidates, triton_candidates)
+from kernelrl.gemm.space import (CUTLASS_CONFIGS, SMEM_BYTES, SPLITK_MAX_OUTPUT, SPLITK_TILES, TILED_CONFIGS,
+                                 TILED_SEARCH_MAX_EST_US, TRITON_CONFIGS, CutlassVariant, SplitKConfig, TiledConfig,
+                                 TritonConfig, cutlass_candidates, estimate_us, roofline_us, splitk_candidates,
+                                 tiled_candidates, triton_candidates)
 from kernelrl.gemm.table import Entry, Table, from_records, read_records
 from kernelrl.gemm.tune import done_keys, plain_results
 
@@ -100,11 +101,67 @@ def test_split_k_is_not_proposed_where_it_measured_far_behind_or_beyond_its_work
     assert 4096 * 2048 > SPLITK_MAX_OUTPUT
 
 
+def test_tiled_names_round_trip_and_a_malformed_one_says_the_form():
+    assert len({c.name for c in TILED_CONFIGS}) == len(TILED_CONFIGS)
+    for c in TILED_CONFIGS:
+        assert TiledConfig.parse(c.name) == c and c.smem_bytes <= SMEM_BYTES
+    for bad in ("tiled:64x64_s3_w4", "tiled:64x64x64_w4_s3", "tiled:64x64x64_s3"):
+        with pytest.raises(ValueError, match="tiled:<BM>x<BN>x<BK>_s<stages>_w<warps>"):
+            TiledConfig.parse(bad)
+
+
+def test_tiled_search_is_for_launch_bound_shapes_only_and_keeps_tiles_within_the_output():
+    small = Shape(64, 128, 1024)
+    cands = tiled_candidates(small, 12)
+    assert roofline_us(small) < TILED_SEARCH_MAX_EST_US and 0 < len(cands) <= 12
+    assert all(c.bm <= 64 and c.bn <= 128 for c in cands)
+    assert {c.bm for c in tiled_candidates(Shape(1024, 1024, 128), 16)} >= {32, 64, 128}
+    assert len(tiled_candidates(Shape(1024, 1024, 128), 3)) == 3
+    for big in (Shape(4096, 4096, 64), Shape(1024, 1024, 4096), Shape(16384, 16384, 16384)):
+        assert roofline_us(big) >= TILED_SEARCH_MAX_EST_US and tiled_candidates(big) == []
+    from kernelrl.gemm.tune import FAMILY_CANDIDATES, TuneOptions
+
+    assert FAMILY_CANDIDATES["tiled"](small, TuneOptions()) == [c.name for c in cands]
+
+
+def test_per_stream_buffers_give_each_stream_its_own_set_grow_it_and_use_the_spare_under_capture(monkeypatch):
+    from kernelrl.gemm.streams import PerStream
+
+    made = []
+
+    def make(dev, sizes):
+        made.append(sizes)
+        return tuple(torch.zeros(s) for s in sizes)
+
+    capturing = [False]
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: capturing[0])
+    pool = PerStream(make)
+    s1 = pool.get(stream=11, device=0, sizes=(100, 4))
+    assert pool.get(11, 0, (50, 2)) is s1  # fits: the same set
+    s2 = pool.get(22, 0, (100, 4))
+    assert s2 is not s1 and s2[0].data_ptr() != s1[0].data_ptr()  # another stream: its own set
+    s1b = pool.get(11, 0, (10, 8))
+    assert s1b is not s1 and [b.numel() for b in s1b] == [100, 8]  # grown to both sizes
+    pool.reserve(0, (64, 4))
+    spare = pool._spare[0]
+    pool.reserve(0, (32, 2))
+    assert pool._spare[0] is spare  # a spare that fits is kept
+    capturing[0] = True
+    pool.reserve(0, (1000, 4))
+    assert pool._spare[0] is spare  # nothing is made during capture
+    assert pool.get(33, 0, (64, 4)) is spare and 0 not in pool._spare  # a stream first seen in capture
+    n = len(made)
+    pool.get(44, 0, (64, 4))  # no spare left: made during the capture
+    assert len(made) == n + 1
+    assert len(pool.all_buffers()) == 4
+
+
 def test_a_triton_compile_failure_marks_the_configuration_not_the_run_time_split():
     from kernelrl.gemm.tune import compile_key
 
     assert compile_key("splitk:64x64x64_s4_w4/k8") == compile_key("splitk:64x64x64_s4_w4/k32")
     assert compile_key("triton:128x128x64_s4_w8") == "triton:128x128x64_s4_w8"
+    assert compile_key("tiled:64x64x128_s3_w4") == "tiled:64x64x128_s3_w4"
     assert compile_key("cutlass:pp_64x128x64_c1x1_p/auto_r0_s1") is None
 
 
@@ -112,6 +169,7 @@ def test_registry_knows_the_split_k_family():
     from kernelrl.gemm.registry import family
 
     assert family("splitk:64x64x64_s4_w4/k8") == "splitk"
+    assert family("tiled:64x64x128_s3_w4") == "tiled"
     with pytest.raises(ValueError, match="unknown kernel family"):
         family("splitc:64x64x64_s4_w4/k8")
 

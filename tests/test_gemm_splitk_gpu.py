@@ -18,7 +18,7 @@ def _scratch_is_zero() -> bool:
     from kernelrl.gemm.triton_family import SCRATCH
 
     torch.cuda.synchronize()
-    pairs = list(SCRATCH._pairs.values()) + list(SCRATCH._spare.values())
+    pairs = SCRATCH.all_buffers()
     return bool(pairs) and all(int(ws.count_nonzero()) == 0 and int(cnt.count_nonzero()) == 0 for ws, cnt in pairs)
 
 

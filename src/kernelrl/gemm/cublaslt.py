@@ -8,9 +8,8 @@ from dataclasses import dataclass
 import torch
 
 from kernelrl.gemm.native import cublaslt_lib
-
-# torch's cuBLASLt workspace on Hopper (CUBLASLT_WORKSPACE_SIZE default: 32 MiB); every baseline gets the same cap.
-WORKSPACE_CAP = 32 * 1024 * 1024
+from kernelrl.gemm.streams import WORKSPACE_BYTES as WORKSPACE_CAP
+from kernelrl.gemm.streams import plan_launcher
 ALGO_BYTES = 64
 _DTYPE_CODE = {torch.float16: 0, torch.bfloat16: 1}
 _vp, _i, _sz = ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t
@@ -27,6 +26,8 @@ def _lib():
         lib.kr_lt_plan.argtypes = [_i, _i, _i, _i, _vp, _vp, _sz]
         lib.kr_lt_plan.restype = _vp
         lib.kr_lt_plan_run.argtypes = [_vp, _vp, _vp, _vp, _vp]
+        lib.kr_lt_plan_free.argtypes = [_vp]
+        lib.kr_lt_plan_free.restype = None
         lib.kr_lt_enumerate.argtypes = [_i, _i, _i, _i, _sz, ctypes.POINTER(_i), _i, _i, _i, _vp,
                                         ctypes.POINTER(_sz), ctypes.POINTER(ctypes.c_float), ctypes.POINTER(_i),
                                         ctypes.POINTER(_i)]
@@ -154,22 +155,18 @@ def with_splitk(algo: LtAlgo, m: int, n: int, k: int, splits: int,
     return LtAlgo(out.raw, int(ws.value), -1)
 
 
-def make_launcher(algo: LtAlgo | None, workspace: torch.Tensor, m: int, n: int, k: int,
-                  dtype: torch.dtype = torch.float16):
-    """A function (a, b, c) -> None running cuBLASLt with `algo` (None: cuBLASLt's own default) into c."""
+def make_launcher(algo: LtAlgo | None, m: int, n: int, k: int, dtype: torch.dtype = torch.float16,
+                  device_index: int | None = None):
+    """A function (a, b, c) -> None running cuBLASLt with `algo` (None: cuBLASLt's own default) into c; each
+    CUDA stream gets its own workspace (`streams.WORKSPACES`)."""
     lib = _lib()
     blob = None if algo is None else ctypes.create_string_buffer(algo.blob, ALGO_BYTES)
-    plan = lib.kr_lt_plan(_DTYPE_CODE[dtype], m, n, k, blob, workspace.data_ptr(), workspace.numel())
-    if not plan:
-        raise RuntimeError(f"could not prepare cuBLASLt for {m}x{n}x{k}")
-    run_plan = lib.kr_lt_plan_run
-    dev = workspace.device.index
-    raw_stream = torch._C._cuda_getCurrentRawStream
 
-    def run(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> None:
-        st = run_plan(plan, a.data_ptr(), b.data_ptr(), c.data_ptr(), raw_stream(dev))
-        if st:
-            raise RuntimeError(f"cublasLtMatmul failed with status {st} for {m}x{n}x{k}")
+    def make_plan(ws: torch.Tensor) -> int:
+        plan = lib.kr_lt_plan(_DTYPE_CODE[dtype], m, n, k, blob, ws.data_ptr(), ws.numel())
+        if not plan:
+            raise RuntimeError(f"could not prepare cuBLASLt for {m}x{n}x{k}")
+        return plan
 
-    run.keep = (blob, workspace)  # the plan points into these: keep them alive with the launcher
-    return run
+    dev = torch.cuda.current_device() if device_index is None else device_index
+    return plan_launcher(make_plan, lib.kr_lt_plan_run, lib.kr_lt_plan_free, dev, f"cublasLtMatmul for {m}x{n}x{k}")

@@ -7,6 +7,7 @@ import torch
 
 from kernelrl.gemm.native import cutlass_lib
 from kernelrl.gemm.space import CutlassVariant
+from kernelrl.gemm.streams import plan_launcher
 
 _vp, _i, _sz = ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t
 
@@ -25,6 +26,8 @@ def _fns(variant: CutlassVariant, dtype: torch.dtype):
     plan.argtypes = [_i] * 7 + [_vp, _sz]
     plan.restype = _vp
     getattr(lib, f"{sym}_plan_run").argtypes = [_vp] * 5
+    free = getattr(lib, f"{sym}_plan_free")
+    free.argtypes, free.restype = [_vp], None
     ws.argtypes = [_i] * 7
     ws.restype = _sz
     can.argtypes = [_i] * 7
@@ -44,23 +47,21 @@ def can_implement(variant: CutlassVariant, m: int, n: int, k: int, dtype=torch.f
     return _fns(variant, dtype)[2](m, n, k, *_rt(variant)) == 0
 
 
-def make_launcher(variant: CutlassVariant, workspace: torch.Tensor, m: int, n: int, k: int,
-                  dtype=torch.float16):
-    """A function (a, b, c) -> None that runs the variant on an m x n x k problem into c."""
+def make_launcher(variant: CutlassVariant, m: int, n: int, k: int, dtype=torch.float16,
+                  device_index: int | None = None):
+    """A function (a, b, c) -> None that runs the variant on an m x n x k problem into c; each CUDA stream gets
+    its own workspace (`streams.WORKSPACES`)."""
     _fns(variant, dtype)
     lib = cutlass_lib()
     sym = variant.config.symbol + ("_bf16" if dtype == torch.bfloat16 else "")
-    plan = getattr(lib, f"{sym}_plan")(m, n, k, *_rt(variant), workspace.data_ptr(), workspace.numel())
-    if not plan:
-        raise ValueError(f"CUTLASS {variant.name} cannot run {m}x{n}x{k} within the workspace cap")
-    run_plan = getattr(lib, f"{sym}_plan_run")
-    dev = workspace.device.index
-    raw_stream = torch._C._cuda_getCurrentRawStream
+    make = getattr(lib, f"{sym}_plan")
 
-    def launch(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> None:
-        st = run_plan(plan, a.data_ptr(), b.data_ptr(), c.data_ptr(), raw_stream(dev))
-        if st:
-            raise RuntimeError(f"CUTLASS {variant.name} failed with status {st} for {m}x{n}x{k}")
+    def make_plan(ws: torch.Tensor) -> int:
+        plan = make(m, n, k, *_rt(variant), ws.data_ptr(), ws.numel())
+        if not plan:
+            raise ValueError(f"CUTLASS {variant.name} cannot run {m}x{n}x{k} within the workspace cap")
+        return plan
 
-    launch.keep = workspace
-    return launch
+    dev = torch.cuda.current_device() if device_index is None else device_index
+    return plan_launcher(make_plan, getattr(lib, f"{sym}_plan_run"), getattr(lib, f"{sym}_plan_free"), dev,
+                         f"CUTLASS {variant.name} for {m}x{n}x{k}")

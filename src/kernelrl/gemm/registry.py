@@ -1,17 +1,16 @@
 """Kernel names to launchers: every family's kernel is a function (a, b, c) -> None writing A @ B into c.
 
 Names: `torch`; `cublaslt` (cuBLASLt's own default, no algorithm given); `cublaslt:<64-byte algo hex>`;
-`triton:<config>`; `splitk:<tile>/k<splits>` (Triton split-K); `cutlass:<config>/<run-time arguments>`.
+`triton:<config>` (Triton persistent TMA); `tiled:<config>` (Triton tiled); `splitk:<tile>/k<splits>` (Triton
+split-K); `cutlass:<config>/<run-time arguments>`.
 """
 from __future__ import annotations
 
-import functools
-
 import torch
 
-from kernelrl.gemm.space import CutlassVariant, SplitKConfig, TritonConfig
+from kernelrl.gemm.space import CutlassVariant, SplitKConfig, TiledConfig, TritonConfig
 
-FAMILIES = ("torch", "cublaslt", "triton", "splitk", "cutlass")
+FAMILIES = ("torch", "cublaslt", "triton", "tiled", "splitk", "cutlass")
 
 
 def family(name: str) -> str:
@@ -19,14 +18,6 @@ def family(name: str) -> str:
     if fam not in FAMILIES:
         raise ValueError(f"unknown kernel family in {name!r}: one of {FAMILIES}")
     return fam
-
-
-@functools.lru_cache(maxsize=8)
-def workspace(device_index: int) -> torch.Tensor:
-    """The one workspace per device shared by cuBLASLt and CUTLASS kernels (allocated once, 32 MiB)."""
-    from kernelrl.gemm.cublaslt import WORKSPACE_CAP
-
-    return torch.empty(WORKSPACE_CAP, dtype=torch.uint8, device=f"cuda:{device_index}")
 
 
 def _torch_out(a, b, c):
@@ -43,15 +34,19 @@ def make_launcher(name: str, m: int, n: int, k: int, dtype=torch.float16, device
         from kernelrl.gemm import cublaslt
 
         algo = cublaslt.LtAlgo.from_name(name) if ":" in name else None
-        return cublaslt.make_launcher(algo, workspace(dev), m, n, k, dtype)
+        return cublaslt.make_launcher(algo, m, n, k, dtype, dev)
     if fam == "triton":
         from kernelrl.gemm import triton_family
 
         return triton_family.make_launcher(TritonConfig.parse(name), m, n, k)
+    if fam == "tiled":
+        from kernelrl.gemm import triton_family
+
+        return triton_family.make_tiled_launcher(TiledConfig.parse(name), m, n, k)
     if fam == "splitk":
         from kernelrl.gemm import triton_family
 
         return triton_family.make_splitk_launcher(SplitKConfig.parse(name), m, n, k)
     from kernelrl.gemm import cutlass
 
-    return cutlass.make_launcher(CutlassVariant.parse(name), workspace(dev), m, n, k, dtype)
+    return cutlass.make_launcher(CutlassVariant.parse(name), m, n, k, dtype, dev)

@@ -49,6 +49,38 @@ class TritonConfig:
 
 
 @dataclass(frozen=True)
+class TiledConfig:
+    """One configuration of the Triton tiled kernel (one program per output tile, no TMA, no workspace)."""
+
+    bm: int
+    bn: int
+    bk: int
+    stages: int
+    warps: int
+
+    @property
+    def name(self) -> str:
+        return f"tiled:{self.bm}x{self.bn}x{self.bk}_s{self.stages}_w{self.warps}"
+
+    @property
+    def smem_bytes(self) -> int:
+        return 2 * self.stages * (self.bm * self.bk + self.bk * self.bn)
+
+    @classmethod
+    def parse(cls, name: str) -> "TiledConfig":
+        """Inverse of `name`."""
+        try:
+            dims, stages, warps = name.split(":", 1)[1].split("_")
+            bm, bn, bk = (int(x) for x in dims.split("x"))
+            if not (stages[0] == "s" and warps[0] == "w"):
+                raise ValueError(name)
+            return cls(bm, bn, bk, int(stages[1:]), int(warps[1:]))
+        except ValueError as e:
+            raise ValueError(f"malformed tiled kernel name {name!r}: expected "
+                             "tiled:<BM>x<BN>x<BK>_s<stages>_w<warps>") from e
+
+
+@dataclass(frozen=True)
 class SplitKConfig:
     """One configuration of the Triton split-K kernel: a compile-time tile plus the run-time K split."""
 
@@ -169,6 +201,19 @@ SPLITK_MAX_OUTPUT = 1 << 22  # the fp32 workspace holds one output: at most this
 SPLITK_SEARCH_MAX_OUTPUT = 1 << 16
 SPLITK_SEARCH_MIN_K = 2048
 
+# Small tiles and few warps first: the family is for shapes whose time is launch and memory latency.
+TILED_CONFIGS: tuple[TiledConfig, ...] = tuple(
+    TiledConfig(bm, bn, bk, st, w) for (bm, bn, bk, st, w) in [
+        (32, 32, 64, 3, 1), (32, 32, 128, 3, 2), (32, 32, 256, 3, 2), (32, 64, 64, 3, 2), (64, 32, 64, 3, 2),
+        (32, 64, 128, 4, 2), (64, 64, 64, 3, 4), (64, 64, 128, 3, 4), (64, 64, 128, 4, 4), (64, 64, 256, 3, 4),
+        (64, 128, 64, 3, 4), (64, 128, 64, 4, 4), (128, 64, 64, 3, 4), (128, 128, 64, 3, 4),
+        (128, 128, 64, 3, 8), (128, 128, 64, 4, 8),
+    ])
+# Where the search proposes the tiled family: on the H200 it beat torch.matmul by more than 1% on 97 of 277
+# shapes that torch runs in under 6 us, all of them with a roofline estimate under 3.5 us (launch-bound
+# shapes), and lost on the larger ones (benchmarks/results/gemm_h200_findings.md).
+TILED_SEARCH_MAX_EST_US = 4.0
+
 CUTLASS_CONFIGS: tuple[CutlassConfig, ...] = (
     CutlassConfig(128, 128, 64, streamk=True),
     CutlassConfig(128, 256, 64, streamk=True),
@@ -179,6 +224,11 @@ CUTLASS_CONFIGS: tuple[CutlassConfig, ...] = (
     CutlassConfig(128, 128, 64, pingpong=True),
     CutlassConfig(64, 256, 64, pingpong=True),
 )
+
+
+def roofline_us(shape: Shape) -> float:
+    """Roofline estimate of one product at torch.matmul's measured rates plus the launch cost, microseconds."""
+    return LAUNCH_US + max(shape.flops / PEAK_FLOPS_PER_US, shape.bytes() / DRAM_BYTES_PER_US)
 
 
 def tile_efficiency(bm: int, bn: int) -> float:
@@ -261,3 +311,15 @@ def splitk_candidates(shape: Shape, top: int = 8) -> list[SplitKConfig]:
     firsts = sorted(ranked[:len(per_tile)], key=lambda t: t[0])
     seconds = sorted(ranked[len(per_tile):], key=lambda t: t[0])
     return [c for _, c in (firsts + seconds)[:top]]
+
+
+def tiled_candidates(shape: Shape, top: int = 12) -> list[TiledConfig]:
+    """Up to `top` tiled configurations for a launch-bound shape (roofline estimate under
+    TILED_SEARCH_MAX_EST_US; empty for others): tiles no larger than the output, ranked by the cost model."""
+    if roofline_us(shape) >= TILED_SEARCH_MAX_EST_US:
+        return []
+    fits = [c for c in TILED_CONFIGS
+            if c.bm <= max(32, shape.m) and c.bn <= max(32, shape.n) and c.bk <= max(64, shape.k)
+            and c.smem_bytes <= SMEM_BYTES]
+    ranked = sorted(fits, key=lambda c: (estimate_us(shape, c.bm, c.bn), c.warps, -c.bk, c.stages))
+    return ranked[:top]

@@ -1,10 +1,11 @@
-"""The Triton families: launch the persistent TMA kernel, or the split-K kernel, for one configuration with
-little Python overhead."""
+"""The Triton families: launch the persistent TMA kernel, the tiled kernel or the split-K kernel for one
+configuration with little Python overhead."""
 from __future__ import annotations
 
 import torch
 
-from kernelrl.gemm.space import NUM_SMS, SPLITK_MAX_OUTPUT, SplitKConfig, TritonConfig
+from kernelrl.gemm.space import NUM_SMS, SPLITK_MAX_OUTPUT, SplitKConfig, TiledConfig, TritonConfig
+from kernelrl.gemm.streams import PerStream
 
 
 def _descriptor(t: torch.Tensor, block: list[int]):
@@ -45,50 +46,39 @@ def make_launcher(cfg: TritonConfig, m: int, n: int, k: int, acc_fp16: bool = Fa
     return launch
 
 
-class _Scratch:
-    """Zeroed fp32 workspaces and tile counters of the split-K kernels, one pair per CUDA stream.
+def make_tiled_launcher(cfg: TiledConfig, m: int, n: int, k: int):
+    """A function (a, b, c) -> None running the Triton tiled kernel for an m x n x k problem into c (row-major,
+    contiguous). Like `make_launcher`, the first call compiles and later calls launch the compiled kernel
+    directly."""
+    from kernelrl.gemm.kernels.triton_tiled import matmul_tiled
 
-    The kernel leaves both at zero when it finishes, so a pair is zeroed once, when it is made. Kernels of one
-    stream run one after the other and share a pair; kernels of two streams could run at the same time, so
-    each stream has its own (as torch gives cuBLAS a workspace per stream; two graphs captured on one stream
-    share theirs). A stream first seen during CUDA-graph capture takes a spare pair zeroed ahead of time
-    (`reserve`, called when a launcher is made), so that no graph depends on another graph's zeroing."""
+    grid = (-(-m // cfg.bm) * -(-n // cfg.bn),)
+    meta = dict(BM=cfg.bm, BN=cfg.bn, BK=cfg.bk, GROUP_M=8, EVEN_K=k % cfg.bk == 0)
+    constexprs = tuple(meta.values())
+    jit = matmul_tiled[grid]
+    raw_stream = torch._C._cuda_getCurrentRawStream
+    compiled = []
 
-    def __init__(self):
-        self._pairs: dict[tuple[int, int], tuple[torch.Tensor, torch.Tensor]] = {}
-        self._spare: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+    def launch(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> None:
+        if compiled:
+            kern = compiled[0]
+            kern.run(grid[0], 1, 1, raw_stream(a.device.index), kern.function, kern.packed_metadata, None, None,
+                     None, a, b, c, m, n, k, k, n, n, *constexprs)
+        else:
+            compiled.append(jit(a, b, c, m, n, k, k, n, n, **meta, num_warps=cfg.warps, num_stages=cfg.stages))
 
-    @staticmethod
-    def _fits(pair, floats: int, counters: int) -> bool:
-        return pair is not None and pair[0].numel() >= floats and pair[1].numel() >= counters
-
-    @staticmethod
-    def _zeros(device: int, floats: int, counters: int, old=None) -> tuple[torch.Tensor, torch.Tensor]:
-        """A zeroed pair of at least this size and at least the size of `old`."""
-        if old is not None:
-            floats, counters = max(floats, old[0].numel()), max(counters, old[1].numel())
-        return (torch.zeros(floats, dtype=torch.float32, device=f"cuda:{device}"),
-                torch.zeros(counters, dtype=torch.int32, device=f"cuda:{device}"))
-
-    def reserve(self, device: int, floats: int, counters: int) -> None:
-        """Keep a zeroed spare pair of at least this size for a stream first seen during graph capture."""
-        spare = self._spare.get(device)
-        if not self._fits(spare, floats, counters) and not torch.cuda.is_current_stream_capturing():
-            self._spare[device] = self._zeros(device, floats, counters, spare)
-
-    def get(self, stream: int, device: int, floats: int, counters: int) -> tuple[torch.Tensor, torch.Tensor]:
-        key = (device, stream)
-        pair = self._pairs.get(key)
-        if not self._fits(pair, floats, counters):
-            if torch.cuda.is_current_stream_capturing() and self._fits(self._spare.get(device), floats, counters):
-                pair = self._spare.pop(device)
-            else:  # eager: zeroed now; under capture without a spare: zeroed by the graph before its kernels
-                pair = self._zeros(device, floats, counters, pair)
-            self._pairs[key] = pair  # a replaced pair stays alive in the launchers that hold it
-        return pair
+    return launch
 
 
-SCRATCH = _Scratch()
+def _zeroed_pair(device: int, sizes: tuple[int, ...]) -> tuple[torch.Tensor, torch.Tensor]:
+    return (torch.zeros(sizes[0], dtype=torch.float32, device=f"cuda:{device}"),
+            torch.zeros(sizes[1], dtype=torch.int32, device=f"cuda:{device}"))
+
+
+# The split-K kernels' fp32 workspaces and tile counters, one pair per CUDA stream. The kernel leaves both at
+# zero when it finishes, so a pair is zeroed once, when it is made; a stream first seen during graph capture
+# takes a spare zeroed ahead of time, so that no graph depends on another graph's zeroing.
+SCRATCH = PerStream(_zeroed_pair)
 
 
 def make_splitk_launcher(cfg: SplitKConfig, m: int, n: int, k: int):
@@ -113,7 +103,7 @@ def make_splitk_launcher(cfg: SplitKConfig, m: int, n: int, k: int):
     compiled = []
     scratch: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
     if reduce and torch.cuda.is_available():
-        SCRATCH.reserve(torch.cuda.current_device(), m * n, tiles)
+        SCRATCH.reserve(torch.cuda.current_device(), (m * n, tiles))
 
     def launch(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> None:
         if reduce and deterministic():
@@ -124,7 +114,7 @@ def make_splitk_launcher(cfg: SplitKConfig, m: int, n: int, k: int):
         if reduce:
             pair = scratch.get(stream)
             if pair is None:
-                pair = scratch[stream] = SCRATCH.get(stream, dev, m * n, tiles)
+                pair = scratch[stream] = SCRATCH.get(stream, dev, (m * n, tiles))
             ws, cnt = pair
         else:
             ws = cnt = c  # unused without a reduction

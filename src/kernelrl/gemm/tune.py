@@ -20,8 +20,8 @@ import torch
 from kernelrl.gemm import check as chk
 from kernelrl.gemm.registry import make_launcher
 from kernelrl.gemm.shapes import Shape
-from kernelrl.gemm.space import (DRAM_BYTES_PER_US, LAUNCH_US, PEAK_FLOPS_PER_US, cutlass_candidates,
-                                 splitk_candidates, triton_candidates)
+from kernelrl.gemm.space import (cutlass_candidates, roofline_us, splitk_candidates, tiled_candidates,
+                                 triton_candidates)
 from kernelrl.gemm.timing import Inputs, calls_for, time_graph, time_graphs
 
 DTYPE_NAMES = {"fp16": torch.float16, "bf16": torch.bfloat16}
@@ -30,7 +30,7 @@ BROKEN: set[str] = set()  # Triton kernels (name up to the run-time part) that f
 
 def compile_key(name: str) -> str | None:
     """The part of a Triton kernel's name that decides its compilation (None for other families)."""
-    return name.split("/", 1)[0] if name.startswith(("triton:", "splitk:")) else None
+    return name.split("/", 1)[0] if name.startswith(("triton:", "splitk:", "tiled:")) else None
 
 
 def short_name(name: str, lt_rank: dict[str, str]) -> str:
@@ -51,6 +51,7 @@ class TuneOptions:
     lt_enum_below_us: float = 1000.0  # ... and below this (above, cuBLAS's own choice is within a few percent)
     triton_top: int = 4
     splitk_top: int = 8  # Triton split-K configurations (shapes with a small output and a deep K only)
+    tiled_top: int = 12  # Triton tiled configurations (launch-bound shapes only)
     cutlass_top: int = 6
     finalists: int = 3  # re-timed against the baselines, interleaved
     margin: float = 0.01  # a kernel must beat torch.matmul by this fraction to replace it
@@ -60,7 +61,7 @@ class TuneOptions:
 
 def estimate_torch_us(s: Shape) -> float:
     """Roofline estimate of one product, microseconds."""
-    return LAUNCH_US + max(s.flops / PEAK_FLOPS_PER_US, s.bytes() / DRAM_BYTES_PER_US)
+    return roofline_us(s)
 
 
 def candidates(s: Shape, dtype: torch.dtype, opt: TuneOptions, stats: dict | None = None
@@ -96,6 +97,7 @@ def candidates(s: Shape, dtype: torch.dtype, opt: TuneOptions, stats: dict | Non
         print(f"cuBLASLt family unavailable for {s}: {e}")
     names += [c.name for c in triton_candidates(s, opt.triton_top)]
     names += [c.name for c in splitk_candidates(s, opt.splitk_top)]
+    names += [c.name for c in tiled_candidates(s, opt.tiled_top)]
     if dtype == torch.float16:
         names += [v.name for v in cutlass_candidates(s, opt.cutlass_top)]
     seen, out = set(), []
@@ -210,7 +212,8 @@ def augment_shape(record: dict, names: list[str], opt: TuneOptions = TuneOptions
             "seconds": record.get("seconds", 0.0) + time.perf_counter() - t_start}
 
 
-FAMILY_CANDIDATES = {"splitk": lambda s, opt: [c.name for c in splitk_candidates(s, opt.splitk_top)]}
+FAMILY_CANDIDATES = {"splitk": lambda s, opt: [c.name for c in splitk_candidates(s, opt.splitk_top)],
+                     "tiled": lambda s, opt: [c.name for c in tiled_candidates(s, opt.tiled_top)]}
 
 
 def augment(path: Path, family: str, shapes: list[Shape] | None = None, opt: TuneOptions = TuneOptions(),

@@ -1,0 +1,240 @@
+"""Two GEMM measurements on the GPU that decide what to try next; JSON under $OUT.
+
+floor:  what one kernel costs in a CUDA-graph replay when it does (almost) nothing, against torch.matmul on
+        the smallest shapes: how much room is left under ~2.2 us.
+tiled:  the plain Triton tiled kernel (kernels/triton_tiled.py) in several tile configurations on the shapes
+        where torch.matmul takes under `--tiled-max-us`, checked, then timed interleaved with torch.matmul,
+        a torch.matmul control and the committed dispatch.
+noise:  where the spread of two identical programs comes from: torch.matmul captured four times over one
+        input set, one of those graphs entered twice, and a capture over a second input set.
+
+    python3 benchmarks/gemm_probe.py [--parts floor,tiled,noise] [--deadline S]
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+import os
+import random
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+OUT = Path(os.environ.get("OUT", "/tmp/gemm_probe"))
+T0 = time.perf_counter()
+
+TILED = [  # (bm, bn, bk, warps, stages)
+    (32, 32, 64, 1, 3), (32, 32, 128, 2, 3), (32, 64, 64, 2, 3), (64, 32, 64, 2, 3), (64, 64, 64, 4, 3),
+    (64, 64, 128, 4, 3), (64, 128, 64, 4, 3), (128, 64, 64, 4, 3), (128, 128, 64, 4, 3), (128, 128, 64, 8, 3),
+    (64, 256, 64, 4, 3), (128, 256, 64, 8, 3),
+]
+
+
+def log(msg: str) -> None:
+    line = f"[{time.perf_counter() - T0:7.1f}s] {msg}"
+    print(line, flush=True)
+    with (OUT / "gemm_probe.log").open("a") as f:
+        f.write(line + "\n")
+
+
+def interleaved(graphs: list[tuple[str, object]], calls: int, rounds: int, rng: random.Random) -> dict:
+    """Replay each (label, graph) `rounds` times in a shuffled order per round; every sample per label, us/call.
+    A graph may appear under two labels (the same executable graph timed twice)."""
+    import torch
+
+    order = list(range(len(graphs)))
+    for _ in range(2):
+        for i in order:
+            graphs[i][1].replay()
+    ev = {lab: [] for lab, _ in graphs}
+    for _ in range(rounds):
+        rng.shuffle(order)
+        for i in order:
+            e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            e0.record()
+            graphs[i][1].replay()
+            e1.record()
+            ev[graphs[i][0]].append((e0, e1))
+    torch.cuda.synchronize()
+    return {lab: [e0.elapsed_time(e1) * 1e3 / calls for e0, e1 in v] for lab, v in ev.items()}
+
+
+def capture(body) -> object:
+    import torch
+
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        body()
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        body()
+    g.replay()
+    return g
+
+
+def tiled_launcher(cfg, m, n, k):
+    from kernelrl.gemm.registry import make_launcher
+    from kernelrl.gemm.space import TiledConfig
+
+    bm, bn, bk, warps, stages = cfg
+    return make_launcher(TiledConfig(bm, bn, bk, stages, warps).name, m, n, k)
+
+
+def part_floor(res: dict) -> None:
+    import torch
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def noop(x_ptr):
+        pass
+
+    @triton.jit
+    def write_tile(c_ptr, BM: tl.constexpr, BN: tl.constexpr):
+        r = tl.arange(0, BM)[:, None] * BN + tl.arange(0, BN)[None, :]
+        tl.store(c_ptr + r, tl.zeros((BM, BN), dtype=tl.float16))
+
+    from kernelrl.gemm import timing as tm
+
+    calls = 100
+    out = {}
+    for (m, n, k) in [(64, 64, 64), (128, 128, 128), (256, 256, 256)]:
+        inp = tm.Inputs(m, n, k)
+        x = torch.empty(64 * 64, dtype=torch.float16, device="cuda")
+        bodies = {
+            "noop_1cta": lambda: [noop[(1,)](x) for _ in range(calls)],
+            "noop_132cta": lambda: [noop[(132,)](x) for _ in range(calls)],
+            "write64x64": lambda: [write_tile[(1,)](x, BM=64, BN=64) for _ in range(calls)],
+            "torch_out": lambda: [torch.matmul(inp.a[i % len(inp)], inp.b[i % len(inp)], out=inp.c[i % len(inp)])
+                                  for i in range(calls)],
+            "torch": lambda: [torch.matmul(inp.a[i % len(inp)], inp.b[i % len(inp)]) for i in range(calls)],
+            "tiled_64x64x64_w4": lambda f=tiled_launcher((64, 64, 64, 4, 3), m, n, k):
+                [f(inp.a[i % len(inp)], inp.b[i % len(inp)], inp.c[i % len(inp)]) for i in range(calls)],
+        }
+        graphs = [(lab, capture(b)) for lab, b in bodies.items()]
+        s = interleaved(graphs, calls, 31, random.Random(1))
+        out[f"{m}x{n}x{k}"] = {lab: statistics.median(v) for lab, v in s.items()}
+        log(f"floor {m}x{n}x{k}: " + " ".join(f"{lab} {statistics.median(v):.2f}" for lab, v in s.items()))
+    res["floor"] = out
+
+
+def part_tiled(res: dict, max_us: float, deadline: float) -> None:
+    import torch
+
+    from kernelrl.gemm import check as chk
+    from kernelrl.gemm import timing as tm
+    from kernelrl.gemm.dispatch import Dispatcher
+    from kernelrl.gemm.table import DEFAULT_TABLE, Table
+
+    disp = Dispatcher(Table.load(DEFAULT_TABLE))
+    with (ROOT / "benchmarks" / "results" / "gemm_h200.csv").open() as f:
+        rows = [r for r in csv.DictReader(f) if float(r["torch_us"]) < max_us and r["dtype"] == "fp16"]
+    rows.sort(key=lambda r: float(r["torch_us"]))
+    rng = random.Random(7)
+    out = res.setdefault("tiled", [])
+    for r in rows:
+        if time.perf_counter() - T0 > deadline:
+            log(f"tiled: deadline, {len(rows) - len(out)} shapes left")
+            break
+        m, n, k = int(r["m"]), int(r["n"]), int(r["k"])
+        a, b = chk.random_inputs(m, n, k)
+        ref = chk.reference(a, b)
+        entry = {"m": m, "n": n, "k": k, "kernel": disp.kernel_for(m, n, k, torch.float16), "configs": {}}
+        fns = {"torch": (torch.matmul, False), "torch_control": (torch.matmul, False), "kernelrl": (disp, False)}
+        disp(a, b)
+        for cfg in TILED:
+            bm, bn = cfg[0], cfg[1]
+            if bm > max(64, m) or bn > max(64, n):
+                continue
+            name = "tiled:{}x{}x{}_s{}_w{}".format(*cfg[:3], cfg[4], cfg[3])
+            try:
+                f = tiled_launcher(cfg, m, n, k)
+                c = chk.check(f, a, b, ref)
+            except Exception as e:  # a compile failure is a result too
+                entry["configs"][name] = {"error": f"{type(e).__name__}: {str(e)[:200]}"}
+                continue
+            entry["configs"][name] = {"rel_err": c.rel_err, "ok": c.ok}
+            if c.ok:
+                fns[name] = (f, True)
+        del ref, a, b
+        inp = tm.Inputs(m, n, k)
+        calls = 100
+        t = tm.time_graphs(fns, inp, calls, 31, rng)
+        entry["us"] = t
+        out.append(entry)
+        best = min((v, lab) for lab, v in t.items() if lab.startswith("tiled"))
+        log(f"tiled {m}x{n}x{k}: torch {t['torch']:.2f} control {t['torch_control']:.2f} "
+            f"kernelrl {t['kernelrl']:.2f} best tiled {best[0]:.2f} ({best[1]})")
+
+
+def part_noise(res: dict, deadline: float) -> None:
+    import torch
+
+    from kernelrl.gemm import timing as tm
+    from kernelrl.gemm.tune import estimate_torch_us
+    from kernelrl.gemm.shapes import grid
+
+    shapes = sorted(grid(), key=estimate_torch_us)
+    pick = shapes[::25]  # 40 shapes across the size range
+    rng = random.Random(3)
+    out = res.setdefault("noise", [])
+    for s in pick:
+        if time.perf_counter() - T0 > deadline:
+            log("noise: deadline")
+            break
+        est = estimate_torch_us(s)
+        calls = tm.calls_for(est)
+        rounds = 11 if est > 2000 else (15 if est > 50 else 31)
+        inp = tm.Inputs(s.m, s.n, s.k)
+        inp2 = tm.Inputs(s.m, s.n, s.k)
+
+        def body(inp=inp):
+            for i in range(calls):
+                torch.matmul(inp.a[i % len(inp)], inp.b[i % len(inp)])
+
+        gs = [capture(body) for _ in range(4)]
+        g2 = capture(lambda: body(inp2))
+        graphs = [(f"cap{i}", g) for i, g in enumerate(gs)] + [("cap0_again", gs[0]), ("inputs2", g2)]
+        t = interleaved(graphs, calls, rounds, rng)
+        med = {lab: statistics.median(v) for lab, v in t.items()}
+        out.append({"m": s.m, "n": s.n, "k": s.k, "calls": calls, "rounds": rounds, "samples": t, "median": med})
+        base = med["cap0"]
+        log(f"noise {s}: " + " ".join(f"{lab} {v / base:.3f}" for lab, v in med.items()) + f" (cap0 {base:.2f} us)")
+        del gs, g2, inp, inp2
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--parts", default="floor,tiled,noise")
+    ap.add_argument("--deadline", type=float, default=400.0)
+    ap.add_argument("--tiled-max-us", type=float, default=6.0)
+    ap.add_argument("--tiled-share", type=float, default=0.6, help="share of the deadline the tiled part may use")
+    args = ap.parse_args()
+    OUT.mkdir(parents=True, exist_ok=True)
+    import torch
+    import triton
+
+    res = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
+           "commit": os.environ.get("KR_COMMIT", "")}
+    parts = args.parts.split(",")
+    try:
+        if "floor" in parts:
+            part_floor(res)
+        if "tiled" in parts:
+            part_tiled(res, args.tiled_max_us, args.deadline * args.tiled_share)
+        if "noise" in parts:
+            part_noise(res, args.deadline)
+    finally:
+        (OUT / "gemm_probe.json").write_text(json.dumps(res))
+        log("wrote gemm_probe.json")
+
+
+if __name__ == "__main__":
+    main()

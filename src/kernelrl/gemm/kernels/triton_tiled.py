@@ -1,0 +1,46 @@
+"""Triton tiled GEMM: one program per output tile, pointer loads software-pipelined by Triton, fp32 accumulation.
+
+C (M x N) = A (M x K) @ B (K x N), all row-major and contiguous. No TMA descriptors, no persistent loop and no
+workspace: the least set-up per launch of the Triton kernels here, for shapes whose time is mostly launch and
+memory latency. `EVEN_K` (K a multiple of BK) drops the K masks. A proposer may write kernels of this form too.
+"""
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def matmul_tiled(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_bk, stride_cm,
+                 BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP_M: tl.constexpr,
+                 EVEN_K: tl.constexpr):
+    pid = tl.program_id(axis=0)
+    num_pid_m = tl.cdiv(M, BM)
+    num_pid_n = tl.cdiv(N, BN)
+    num_pid_in_group = GROUP_M * num_pid_n
+    group_id = pid // num_pid_in_group
+    first_pid_m = group_id * GROUP_M
+    group_size_m = min(num_pid_m - first_pid_m, GROUP_M)
+    pid_m = first_pid_m + (pid % group_size_m)
+    pid_n = (pid % num_pid_in_group) // group_size_m
+
+    rm = pid_m * BM + tl.arange(0, BM)
+    rn = pid_n * BN + tl.arange(0, BN)
+    # rows and columns past the edge read row/column 0 again (in bounds); their results are masked at the store
+    ram = tl.max_contiguous(tl.multiple_of(rm % M, BM), BM)
+    rbn = tl.max_contiguous(tl.multiple_of(rn % N, BN), BN)
+    rk = tl.arange(0, BK)
+    a_ptrs = a_ptr + ram[:, None] * stride_am + rk[None, :]
+    b_ptrs = b_ptr + rk[:, None] * stride_bk + rbn[None, :]
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    for ki in range(0, tl.cdiv(K, BK)):
+        if EVEN_K:
+            a = tl.load(a_ptrs)
+            b = tl.load(b_ptrs)
+        else:
+            k_left = K - ki * BK
+            a = tl.load(a_ptrs, mask=rk[None, :] < k_left, other=0.0)
+            b = tl.load(b_ptrs, mask=rk[:, None] < k_left, other=0.0)
+        acc = tl.dot(a, b, acc)
+        a_ptrs += BK
+        b_ptrs += BK * stride_bk
+    mask = (rm < M)[:, None] & (rn < N)[None, :]
+    tl.store(c_ptr + rm[:, None] * stride_cm + rn[None, :], acc.to(c_ptr.dtype.element_ty), mask=mask)

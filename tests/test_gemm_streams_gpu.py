@@ -1,0 +1,117 @@
+"""GPU specifications of the Triton tiled family and of per-stream workspaces: every tiled configuration is
+correct on ragged and even shapes and in CUDA graphs; cuBLASLt and CUTLASS kernels that use a workspace get
+one per CUDA stream, so two streams running them at once stay correct, and a graph captured on a stream the
+launcher has not seen takes the spare made ahead of time."""
+import pytest
+import torch
+
+pytestmark = pytest.mark.gpu
+
+from kernelrl.gemm import check as chk  # noqa: E402
+from kernelrl.gemm.registry import make_launcher  # noqa: E402
+from kernelrl.gemm.space import CUTLASS_CONFIGS, TILED_CONFIGS, CutlassVariant  # noqa: E402
+
+hopper = pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0),
+                            reason="tuned and tested on sm_90")
+
+
+def _close(c, a, b) -> bool:
+    ref = chk.reference(a, b)
+    return chk.rel_err(c, ref) <= 2 * chk.rel_err(torch.matmul(a, b), ref)
+
+
+@hopper
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("shape", [(200, 136, 1000), (256, 128, 512), (64, 64, 64)])
+def test_every_tiled_configuration_is_correct(dtype, shape):
+    m, n, k = shape  # ragged (partial tiles in m and n, K not a multiple of any BK), even, and one tile
+    a, b = chk.random_inputs(m, n, k, dtype)
+    ref = chk.reference(a, b)
+    for cfg in TILED_CONFIGS:
+        res = chk.check(make_launcher(cfg.name, m, n, k, dtype), a, b, ref)  # poison, guard bands, two calls
+        assert res.ok, (cfg.name, shape, res.reason)
+
+
+@hopper
+def test_tiled_kernel_replays_in_a_cuda_graph_with_new_inputs():
+    m, n, k = 128, 256, 384
+    fn = make_launcher("tiled:32x64x128_s4_w2", m, n, k)
+    a, b = chk.random_inputs(m, n, k)
+    c = torch.empty(m, n, device="cuda", dtype=torch.float16)
+    fn(a, b, c)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        fn(a, b, c)
+    for _ in range(3):
+        a2, b2 = chk.random_inputs(m, n, k)
+        a.copy_(a2)
+        b.copy_(b2)
+        g.replay()
+        torch.cuda.synchronize()
+        assert _close(c, a2, b2)
+
+
+def _workspace_users(m, n, k):
+    """Launcher names of a cuBLASLt split-K algorithm and a CUTLASS split-K and stream-K variant: kernels
+    that write partial sums into their workspace."""
+    from kernelrl.gemm import cublaslt
+
+    names = []
+    for algo in cublaslt.heuristics(m, n, k, count=8):
+        v = cublaslt.with_splitk(algo, m, n, k, 8)
+        if v is not None and v.workspace > 0:
+            names.append(v.name)
+            break
+    sk = next(c for c in CUTLASS_CONFIGS if c.streamk)
+    names += [CutlassVariant(sk, decomposition=2, splits=8).name, CutlassVariant(sk, decomposition=3).name]
+    return names
+
+
+@hopper
+def test_workspace_kernels_on_two_streams_at_once_each_use_their_own_workspace_and_stay_correct():
+    m, n, k = 256, 256, 8192  # few output tiles, deep K: the split kernels keep partial sums in the workspace
+    names = _workspace_users(m, n, k)
+    assert len(names) == 3, names
+    streams = [torch.cuda.Stream(), torch.cuda.Stream()]
+    inputs = [chk.random_inputs(m, n, k) for _ in streams]
+    for name in names:
+        fn = make_launcher(name, m, n, k)
+        outs = [torch.empty(m, n, device="cuda", dtype=torch.float16) for _ in streams]
+        torch.cuda.synchronize()
+        for _ in range(50):
+            for s, (a, b), c in zip(streams, inputs, outs):
+                with torch.cuda.stream(s):
+                    fn(a, b, c)
+        torch.cuda.synchronize()
+        for (a, b), c in zip(inputs, outs):
+            assert _close(c, a, b), name
+        raw = {s.cuda_stream for s in streams}
+        ws = {fn.plans[r][1].data_ptr() for r in raw}
+        assert raw <= set(fn.plans) and len(ws) == 2, name  # one plan and one workspace per stream
+
+
+@hopper
+def test_workspace_kernel_captured_on_a_new_stream_takes_the_spare_workspace_and_replays_correctly():
+    from kernelrl.gemm.streams import WORKSPACES
+
+    m, n, k = 128, 256, 8192
+    sk = next(c for c in CUTLASS_CONFIGS if c.streamk)
+    fn = make_launcher(CutlassVariant(sk, decomposition=3).name, m, n, k)  # reserves a spare when made
+    spare = WORKSPACES._spare[torch.cuda.current_device()][0].data_ptr()
+    a, b = chk.random_inputs(m, n, k)
+    c = torch.empty(m, n, device="cuda", dtype=torch.float16)
+    fn(a, b, c)
+    dev = torch.cuda.current_device()
+    new = next(s for s in (torch.cuda.Stream() for _ in range(256)) if (dev, s.cuda_stream) not in WORKSPACES._sets)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g, stream=new):  # a stream no launcher has used yet
+        fn(a, b, c)
+    captured = [ws.data_ptr() for _, ws in fn.plans.values()]
+    assert spare in captured and len(set(captured)) == len(captured)
+    for _ in range(3):
+        a2, b2 = chk.random_inputs(m, n, k)
+        a.copy_(a2)
+        b.copy_(b2)
+        g.replay()
+        torch.cuda.synchronize()
+        assert _close(c, a2, b2)
