@@ -121,7 +121,8 @@ def test_tiled_search_is_for_launch_bound_shapes_only_and_keeps_tiles_within_the
         assert roofline_us(big) >= TILED_SEARCH_MAX_EST_US and tiled_candidates(big) == []
     from kernelrl.gemm.tune import FAMILY_CANDIDATES, TuneOptions
 
-    assert FAMILY_CANDIDATES["tiled"](small, TuneOptions()) == [c.name for c in cands]
+    opt = TuneOptions()
+    assert FAMILY_CANDIDATES["tiled"](small, opt) == [c.name for c in tiled_candidates(small, opt.tiled_top)]
 
 
 def test_per_stream_buffers_give_each_stream_its_own_set_grow_it_and_use_the_spare_under_capture(monkeypatch):
@@ -274,7 +275,7 @@ def test_adding_a_family_searches_only_shapes_it_has_candidates_for_and_resumes(
         seen.append((record["m"], record["n"], record["k"]))
         assert names and all(n.startswith("splitk:") for n in names)
         return {**record, "best": names[0], "best_label": names[0], "best_us": 1.0, "torch_us": 2.0,
-                "augmented": [tag]}
+                "augmented": [tag], "candidates": {**record["candidates"], **{n: {"ok": True} for n in names}}}
 
     monkeypatch.setattr(tn, "augment_shape", fake_augment_shape)
     logs = []
@@ -297,6 +298,18 @@ def test_adding_a_family_searches_only_shapes_it_has_candidates_for_and_resumes(
     recs = {(r["m"], r["n"], r["k"]): r for r in map(json.loads, p.read_text().splitlines())}
     assert len(recs) == 3 and recs[(64, 64, 8192)]["best"].startswith("splitk:")
     assert tn.augment(p, "splitk", log=logs.append) == 0 and len(seen) == 2  # done shapes are not searched again
+    grown = tn.FAMILY_CANDIDATES["splitk"]
+    asked = []
+
+    def only_new(record, names, opt, tag):
+        asked.append(names)
+        return fake_augment_shape(record, names, opt, tag)
+
+    monkeypatch.setitem(tn.FAMILY_CANDIDATES, "splitk",
+                        lambda s, opt: grown(s, opt) + ["splitk:64x64x64_s9_w4/k2"] if grown(s, opt) else [])
+    monkeypatch.setattr(tn, "augment_shape", only_new)
+    assert tn.augment(p, "splitk", log=logs.append) == 0
+    assert asked == [["splitk:64x64x64_s9_w4/k2"]] * 2  # the space grew: only its new member is searched
     with pytest.raises(ValueError, match="unknown family to add"):
         tn.augment(p, "triton")
 

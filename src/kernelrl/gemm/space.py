@@ -208,6 +208,9 @@ TILED_CONFIGS: tuple[TiledConfig, ...] = tuple(
         (32, 64, 128, 4, 2), (64, 64, 64, 3, 4), (64, 64, 128, 3, 4), (64, 64, 128, 4, 4), (64, 64, 256, 3, 4),
         (64, 128, 64, 3, 4), (64, 128, 64, 4, 4), (128, 64, 64, 3, 4), (128, 128, 64, 3, 4),
         (128, 128, 64, 3, 8), (128, 128, 64, 4, 8),
+        # deeper K steps and other pipelines for the tiles that won most often in the first search
+        (32, 32, 512, 2, 2), (32, 32, 512, 2, 4), (32, 32, 256, 3, 4), (32, 32, 128, 4, 2), (32, 64, 256, 3, 2),
+        (64, 32, 256, 3, 2), (64, 64, 256, 2, 4), (64, 64, 64, 2, 4),
     ])
 # Where the search proposes the tiled family: on the H200 it beat torch.matmul by more than 1% on 97 of 277
 # shapes that torch runs in under 6 us, all of them with a roofline estimate under 3.5 us (launch-bound
@@ -313,7 +316,7 @@ def splitk_candidates(shape: Shape, top: int = 8) -> list[SplitKConfig]:
     return [c for _, c in (firsts + seconds)[:top]]
 
 
-def tiled_candidates(shape: Shape, top: int = 12) -> list[TiledConfig]:
+def tiled_candidates(shape: Shape, top: int = 24) -> list[TiledConfig]:
     """Up to `top` tiled configurations for a launch-bound shape (roofline estimate under
     TILED_SEARCH_MAX_EST_US; empty for others): tiles no larger than the output, ranked by the cost model."""
     if roofline_us(shape) >= TILED_SEARCH_MAX_EST_US:

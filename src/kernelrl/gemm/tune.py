@@ -51,7 +51,7 @@ class TuneOptions:
     lt_enum_below_us: float = 1000.0  # ... and below this (above, cuBLAS's own choice is within a few percent)
     triton_top: int = 4
     splitk_top: int = 8  # Triton split-K configurations (shapes with a small output and a deep K only)
-    tiled_top: int = 12  # Triton tiled configurations (launch-bound shapes only)
+    tiled_top: int = 24  # Triton tiled configurations (launch-bound shapes only)
     cutlass_top: int = 6
     finalists: int = 3  # re-timed against the baselines, interleaved
     margin: float = 0.01  # a kernel must beat torch.matmul by this fraction to replace it
@@ -149,6 +149,7 @@ def _measure(s: Shape, dtype: torch.dtype, names: list[str], inp: Inputs, calls:
     launchers: dict[str, object] = {}
     for name in names:
         if compile_key(name) in BROKEN:
+            results[name] = {"ok": False, "why": "did not compile for an earlier shape"}
             continue
         try:
             fn = make_launcher(name, s.m, s.n, s.k, dtype)
@@ -218,8 +219,8 @@ FAMILY_CANDIDATES = {"splitk": lambda s, opt: [c.name for c in splitk_candidates
 
 def augment(path: Path, family: str, shapes: list[Shape] | None = None, opt: TuneOptions = TuneOptions(),
             deadline_s: float = math.inf, log=print) -> int:
-    """Search `family` on every recorded shape that has candidates of it and has not been searched for it
-    (cheapest first), appending each shape's new record as it is made (the last record of a shape is the one
+    """Search `family` on every recorded shape that has candidates of it the record has no result for (all of
+    them the first time, the new ones after the family's space grew; cheapest first), appending each shape's new record as it is made (the last record of a shape is the one
     that counts, so a stopped run resumes) and leaving one record per shape at the end; returns the number
     of shapes left for a later run."""
     if family not in FAMILY_CANDIDATES:
@@ -232,8 +233,8 @@ def augment(path: Path, family: str, shapes: list[Shape] | None = None, opt: Tun
     todo = []
     for key, r in by_key.items():
         s = Shape(*key[:3])
-        names = FAMILY_CANDIDATES[family](s, opt)
-        if names and family not in r.get("augmented", []) and (wanted is None or key[:3] in wanted):
+        names = [n for n in FAMILY_CANDIDATES[family](s, opt) if n not in r.get("candidates", {})]
+        if names and (wanted is None or key[:3] in wanted):
             todo.append((estimate_torch_us(s), key, names))
     todo.sort()
     n = 0
