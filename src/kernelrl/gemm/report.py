@@ -63,7 +63,8 @@ class Summary:
 
 def summarise(rows: list[dict]) -> Summary:
     sp = speedups(rows)
-    control = [_f(r, "torch_control_us") / _f(r, "torch_us") for r in rows if _f(r, "torch_control_us") > 0]
+    # the control read the way a kernel's speedup is read: torch.matmul's time over the control's
+    control = [_f(r, "torch_us") / _f(r, "torch_control_us") for r in rows if _f(r, "torch_control_us") > 0]
     ratios = [_f(r, "rel_err") / _f(r, "torch_rel_err") for r in rows]
     per_mode = {}
     for mode in ("graph",) + EAGER_MODES:
