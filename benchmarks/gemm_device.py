@@ -120,6 +120,8 @@ def main() -> None:
                          "changed), so they are tuned again")
     ap.add_argument("--augment", default="", help="search this family (e.g. splitk) on the recorded shapes "
                     "that have candidates of it and were not searched for it yet")
+    ap.add_argument("--redecide", action="store_true", help="choose every recorded shape's winner again, "
+                    "timing the finalists as the dispatch calls them (resumes; see tune.redecide)")
     ap.add_argument("--fresh-bench", action="store_true", help="benchmark every shape again (the table changed)")
     args = ap.parse_args()
     OUT.mkdir(parents=True, exist_ok=True)
@@ -131,7 +133,7 @@ def main() -> None:
         host_overhead()
     from kernelrl.gemm.shapes import Shape, read_shapes
     from kernelrl.gemm.table import from_records, read_records
-    from kernelrl.gemm.tune import augment, tune
+    from kernelrl.gemm.tune import augment, redecide, tune
 
     shapes = read_shapes(args.shapes)
     tune_gz = RESULTS / "gemm_tune_h200.jsonl.gz"
@@ -157,6 +159,8 @@ def main() -> None:
         if args.augment:
             unsearched = augment(work, args.augment, shapes, deadline_s=left(args.deadline) - args.bench_reserve - 30,
                                  log=log)
+        if args.redecide and not unsearched:
+            unsearched = redecide(work, shapes, deadline_s=left(args.deadline) - args.bench_reserve - 30, log=log)
     finally:
         with work.open("rb") as src, gzip.open(OUT / "gemm_tune_h200.jsonl.gz", "wb") as dst:
             shutil.copyfileobj(src, dst)

@@ -314,6 +314,49 @@ def test_adding_a_family_searches_only_shapes_it_has_candidates_for_and_resumes(
         tn.augment(p, "triton")
 
 
+def test_redeciding_visits_every_record_once_with_its_runners_up_and_resumes(tmp_path, monkeypatch):
+    from kernelrl.gemm import tune as tn
+
+    cands = {"torch": {"us": 5.0}, "cublaslt#0": {"us": 3.0}, "tiled:32x32x64_s3_w1": {"us": 4.0},
+             "cutlass:pp_64x128x64_c1x1_p/auto_r0_s1": {"us": 4.5}, "tiled:64x64x64_s3_w4": {"us": 6.0},
+             "triton:64x64x64_s6_w4": {"ok": False}}
+    recs = [{"m": m, "n": 64, "k": 64, "dtype": "fp16", "best": "cublaslt:ab", "best_label": "cublaslt#0",
+             "candidates": cands} for m in (64, 128, 256)]
+    assert tn._runners_up(recs[0], 2) == ["tiled:32x32x64_s3_w1", "cutlass:pp_64x128x64_c1x1_p/auto_r0_s1"]
+    p = tmp_path / "r.jsonl"
+    p.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    seen = []
+
+    def fake(record, names, opt, tag):  # stands in for the GPU measurement only
+        if len(seen) == 2:
+            raise RuntimeError("the device went away")
+        seen.append((record["m"], names, tag))
+        return {**record, "augmented": [tag], "torch_us": 2.0, "best_us": 1.0}
+
+    monkeypatch.setattr(tn, "augment_shape", fake)
+    with pytest.raises(RuntimeError):
+        tn.redecide(p)
+    assert seen == [(64, [], tn.REDECIDED), (128, [], tn.REDECIDED)]
+    seen.clear()
+    seen.append(None)  # let one more through
+    assert tn.redecide(p) == 0 and [x[0] for x in seen[1:]] == [256]  # decided shapes are not visited again
+    assert len(read_records(p)) == 3
+
+
+def test_the_final_timing_calls_a_kernel_as_the_dispatch_does():
+    from kernelrl.gemm.tune import as_dispatched
+
+    calls = []
+
+    def kernel(a, b, c):
+        calls.append(c)
+        torch.matmul(a, b, out=c)
+
+    a, b = torch.randn(8, 4), torch.randn(4, 6)
+    c1, c2 = as_dispatched(kernel)(a, b), as_dispatched(kernel)(a, b)
+    assert c1.shape == (8, 6) and torch.allclose(c1, a @ b) and calls == [c1, c2] and c1 is not c2
+
+
 def test_gzipped_records_are_unpacked_appended_and_packed_again(tmp_path):
     p = tmp_path / "r.jsonl.gz"
     with gzip.open(p, "wt") as f:

@@ -169,17 +169,31 @@ def _measure(s: Shape, dtype: torch.dtype, names: list[str], inp: Inputs, calls:
     return results, launchers
 
 
+def as_dispatched(fn):
+    """`fn(a, b, c)` called the way `kernelrl.gemm.matmul` calls it: a fresh output per call, as torch.matmul
+    makes one (inside a graph the allocator hands the same block to each call, so where the output goes
+    is the same for every implementation timed this way)."""
+    def call(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        c = a.new_empty((a.shape[0], b.shape[1]))
+        fn(a, b, c)
+        return c
+
+    return call
+
+
 def _final(results: dict[str, dict], launchers: dict, baselines: list[str | None], inp: Inputs, calls: int,
            opt: TuneOptions) -> tuple[dict[str, float], str]:
     """Time the fastest few candidates, torch.matmul and the baselines again, replays interleaved so that
-    drift hits all alike; (their times, the winner: torch unless a kernel beats it by the margin)."""
+    drift hits all alike, each called as the dispatch calls it (torch.matmul(a, b) itself, the others with a
+    fresh output); (their times, the winner: torch unless a kernel beats it by the margin)."""
     timed = {n: r["us"] for n, r in results.items() if "us" in r}
     torch_err = results["torch"]["rel_err"]
     # a winner must also keep its error within twice torch's (the dispatch promise), not only under the bound
     rivals = sorted((n for n in timed if n != "torch" and results[n]["rel_err"] <= 2 * torch_err),
                     key=timed.get)[:opt.finalists]
     final_set = list(dict.fromkeys(["torch", *rivals, *(b for b in baselines if b)]))
-    final_us = time_graphs({n: (launchers[n], True) for n in final_set}, inp, calls, opt.final_rounds)
+    fns = {n: (torch.matmul if n == "torch" else as_dispatched(launchers[n]), False) for n in final_set}
+    final_us = time_graphs(fns, inp, calls, opt.final_rounds)
     best = min((n for n in final_us if n != "torch" and results[n]["rel_err"] <= 2 * torch_err),
                key=final_us.get, default="torch")
     if best == "torch" or final_us[best] > final_us["torch"] * (1 - opt.margin):
@@ -197,7 +211,7 @@ def augment_shape(record: dict, names: list[str], opt: TuneOptions = TuneOptions
     inp = Inputs(s.m, s.n, s.k, dtype)
     calls = record.get("calls_per_graph") or calls_for(estimate_torch_us(s))
     old = [n for n in dict.fromkeys(["torch", record["best"], record.get("cublaslt_heuristic"),
-                                     record.get("cublaslt_autotune")]) if n]
+                                     record.get("cublaslt_autotune"), *_runners_up(record, 2)]) if n]
     results, launchers = _measure(s, dtype, old + [n for n in names if n not in old], inp, calls, opt)
     final_us, best = _final(results, launchers, old[1:], inp, calls, opt)
     new = {n: results[n] for n in names if n in results}
@@ -213,6 +227,14 @@ def augment_shape(record: dict, names: list[str], opt: TuneOptions = TuneOptions
             "seconds": record.get("seconds", 0.0) + time.perf_counter() - t_start}
 
 
+def _runners_up(record: dict, n: int) -> list[str]:
+    """The `n` fastest recorded candidates besides torch and the winner that can be launched again by name
+    (cuBLASLt candidates are recorded under their rank only, except the winner and the baselines)."""
+    timed = [(r["us"], name) for name, r in record.get("candidates", {}).items()
+             if "us" in r and ":" in name and name != record["best"]]
+    return [name for _, name in sorted(timed)[:n]]
+
+
 FAMILY_CANDIDATES = {"splitk": lambda s, opt: [c.name for c in splitk_candidates(s, opt.splitk_top)],
                      "tiled": lambda s, opt: [c.name for c in tiled_candidates(s, opt.tiled_top)]}
 
@@ -220,11 +242,38 @@ FAMILY_CANDIDATES = {"splitk": lambda s, opt: [c.name for c in splitk_candidates
 def augment(path: Path, family: str, shapes: list[Shape] | None = None, opt: TuneOptions = TuneOptions(),
             deadline_s: float = math.inf, log=print) -> int:
     """Search `family` on every recorded shape that has candidates of it the record has no result for (all of
-    them the first time, the new ones after the family's space grew; cheapest first), appending each shape's new record as it is made (the last record of a shape is the one
-    that counts, so a stopped run resumes) and leaving one record per shape at the end; returns the number
-    of shapes left for a later run."""
+    them the first time, the new ones after the family's space grew; cheapest first), appending each shape's
+    new record as it is made (the last record of a shape is the one that counts, so a stopped run resumes) and
+    leaving one record per shape at the end; returns the number of shapes left for a later run."""
     if family not in FAMILY_CANDIDATES:
         raise ValueError(f"unknown family to add {family!r}: one of {sorted(FAMILY_CANDIDATES)}")
+
+    def new_names(s: Shape, record: dict) -> list[str] | None:
+        names = [n for n in FAMILY_CANDIDATES[family](s, opt) if n not in record.get("candidates", {})]
+        return names or None
+
+    return _revisit(path, new_names, family, shapes, opt, deadline_s, log)
+
+
+REDECIDED = "redecided"  # the tag of records whose winner was chosen again by `redecide`
+
+
+def redecide(path: Path, shapes: list[Shape] | None = None, opt: TuneOptions = TuneOptions(),
+             deadline_s: float = math.inf, log=print) -> int:
+    """Choose every recorded shape's winner again, as `augment` does but with no new candidates: torch, the
+    recorded winner, the baselines and the two fastest other candidates are checked and timed afresh, as the
+    dispatch calls them. For records decided before the final timing called kernels that way. Resumes like
+    `augment`; returns the number of shapes left."""
+    def once(s: Shape, record: dict) -> list[str] | None:
+        return None if REDECIDED in record.get("augmented", []) else []
+
+    return _revisit(path, once, REDECIDED, shapes, opt, deadline_s, log)
+
+
+def _revisit(path: Path, names_for, tag: str, shapes: list[Shape] | None, opt: TuneOptions, deadline_s: float,
+             log) -> int:
+    """`augment_shape` on every recorded shape for which `names_for(shape, record)` is not None (cheapest
+    first), appending each new record as it is made and compacting the file at the end."""
     from kernelrl.gemm.table import read_records
 
     t0 = time.perf_counter()
@@ -233,22 +282,22 @@ def augment(path: Path, family: str, shapes: list[Shape] | None = None, opt: Tun
     todo = []
     for key, r in by_key.items():
         s = Shape(*key[:3])
-        names = [n for n in FAMILY_CANDIDATES[family](s, opt) if n not in r.get("candidates", {})]
-        if names and (wanted is None or key[:3] in wanted):
+        names = names_for(s, r)
+        if names is not None and (wanted is None or key[:3] in wanted):
             todo.append((estimate_torch_us(s), key, names))
     todo.sort()
     n = 0
     for est, key, names in todo:
         if time.perf_counter() - t0 + 3 * est * 80 / 1e6 + 2.0 > deadline_s:
-            log(f"deadline reached: {len(todo) - n} shapes left to search for {family}")
+            log(f"deadline reached: {len(todo) - n} shapes left ({tag})")
             break
         old = by_key[key]
-        by_key[key] = new = augment_shape(old, names, opt, tag=family)
+        by_key[key] = new = augment_shape(old, names, opt, tag=tag)
         with Path(path).open("a") as f:
             f.write(json.dumps(new) + "\n")
         n += 1
         was = old.get("best_label", old["best"])
-        log(f"{Shape(*key[:3])} {key[3]} +{family}: torch {new['torch_us']:.2f}us best {new['best_label']} "
+        log(f"{Shape(*key[:3])} {key[3]} {tag}: torch {new['torch_us']:.2f}us best {new['best_label']} "
             f"{new['best_us']:.2f}us ({new['torch_us'] / new['best_us']:.3f}x; was {was})")
     if n:
         tmp = Path(f"{path}.tmp")
