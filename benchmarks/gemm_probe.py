@@ -64,21 +64,6 @@ def interleaved(graphs: list[tuple[str, object]], calls: int, rounds: int, rng: 
     return {lab: [e0.elapsed_time(e1) * 1e3 / calls for e0, e1 in v] for lab, v in ev.items()}
 
 
-def capture(body) -> object:
-    import torch
-
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        body()
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        body()
-    g.replay()
-    return g
-
-
 def tiled_launcher(cfg, m, n, k):
     from kernelrl.gemm.registry import make_launcher
     from kernelrl.gemm.space import TiledConfig
@@ -118,7 +103,7 @@ def part_floor(res: dict) -> None:
             "tiled_64x64x64_w4": lambda f=tiled_launcher((64, 64, 64, 4, 3), m, n, k):
                 [f(inp.a[i % len(inp)], inp.b[i % len(inp)], inp.c[i % len(inp)]) for i in range(calls)],
         }
-        graphs = [(lab, capture(b)) for lab, b in bodies.items()]
+        graphs = [(lab, tm.capture_graph(b)) for lab, b in bodies.items()]
         s = interleaved(graphs, calls, 31, random.Random(1))
         out[f"{m}x{n}x{k}"] = {lab: statistics.median(v) for lab, v in s.items()}
         log(f"floor {m}x{n}x{k}: " + " ".join(f"{lab} {statistics.median(v):.2f}" for lab, v in s.items()))
@@ -199,8 +184,8 @@ def part_noise(res: dict, deadline: float) -> None:
             for i in range(calls):
                 torch.matmul(inp.a[i % len(inp)], inp.b[i % len(inp)])
 
-        gs = [capture(body) for _ in range(4)]
-        g2 = capture(lambda: body(inp2))
+        gs = [tm.capture_graph(body) for _ in range(4)]
+        g2 = tm.capture_graph(lambda: body(inp2))
         graphs = [(f"cap{i}", g) for i, g in enumerate(gs)] + [("cap0_again", gs[0]), ("inputs2", g2)]
         t = interleaved(graphs, calls, rounds, rng)
         med = {lab: statistics.median(v) for lab, v in t.items()}

@@ -20,6 +20,17 @@ def _close(c, a, b) -> bool:
     return chk.rel_err(c, ref) <= 2 * chk.rel_err(torch.matmul(a, b), ref)
 
 
+def _replays_correctly(g, a, b, c):
+    """Replay graph `g`, which computes c = a @ b, on three fresh inputs copied into a and b; check each."""
+    for _ in range(3):
+        a2, b2 = chk.random_inputs(a.shape[0], b.shape[1], a.shape[1], a.dtype)
+        a.copy_(a2)
+        b.copy_(b2)
+        g.replay()
+        torch.cuda.synchronize()
+        assert _close(c, a2, b2)
+
+
 @hopper
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("shape", [(200, 136, 1000), (256, 128, 512), (64, 64, 64)])
@@ -42,13 +53,7 @@ def test_tiled_kernel_replays_in_a_cuda_graph_with_new_inputs():
     g = torch.cuda.CUDAGraph()
     with torch.cuda.graph(g):
         fn(a, b, c)
-    for _ in range(3):
-        a2, b2 = chk.random_inputs(m, n, k)
-        a.copy_(a2)
-        b.copy_(b2)
-        g.replay()
-        torch.cuda.synchronize()
-        assert _close(c, a2, b2)
+    _replays_correctly(g, a, b, c)
 
 
 def _workspace_users(m, n, k):
@@ -108,10 +113,29 @@ def test_workspace_kernel_captured_on_a_new_stream_takes_the_spare_workspace_and
         fn(a, b, c)
     captured = [ws.data_ptr() for _, ws in fn.plans.values()]
     assert spare in captured and len(set(captured)) == len(captured)
-    for _ in range(3):
-        a2, b2 = chk.random_inputs(m, n, k)
-        a.copy_(a2)
-        b.copy_(b2)
-        g.replay()
-        torch.cuda.synchronize()
-        assert _close(c, a2, b2)
+    _replays_correctly(g, a, b, c)
+
+
+@hopper
+def test_a_plan_launcher_frees_every_plan_it_made_once_it_is_gone():
+    import gc
+
+    from kernelrl.gemm.streams import plan_launcher
+
+    made, freed = [], []
+
+    def make_plan(ws):
+        made.append(len(made) + 1)
+        return made[-1]
+
+    def run_plan(plan, a, b, c, stream):
+        return 0
+
+    fn = plan_launcher(make_plan, run_plan, freed.append, torch.cuda.current_device(), "a test plan")
+    x = torch.empty(1, device="cuda")
+    with torch.cuda.stream(torch.cuda.Stream()):
+        fn(x, x, x)  # a second stream: a second plan
+    assert made == [1, 2] and freed == []
+    del fn
+    gc.collect()
+    assert sorted(freed) == [1, 2]

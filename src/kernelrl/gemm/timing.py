@@ -44,6 +44,21 @@ def calls_for(est_us: float, target_us: float = 300.0, most: int = 100) -> int:
     return max(1, min(most, math.ceil(target_us / max(est_us, 0.5))))
 
 
+def capture_graph(body) -> "torch.cuda.CUDAGraph":
+    """A CUDA graph of `body()`, run once on a side stream first (compiles, loads modules, sets function
+    attributes outside the capture) and replayed once after capture."""
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        body()
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        body()
+    g.replay()
+    return g
+
+
 def time_graph(fn, inp: Inputs, calls: int, replays: int = 5, out: bool = True) -> float:
     """Median device time per call over `replays` replays of a graph of `calls` calls, microseconds."""
     def body():
@@ -54,15 +69,7 @@ def time_graph(fn, inp: Inputs, calls: int, replays: int = 5, out: bool = True) 
             else:
                 fn(inp.a[j], inp.b[j])
 
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        body()  # warm-up outside capture: compiles, loads modules, sets function attributes
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        body()
-    g.replay()
+    g = capture_graph(body)
     events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(replays)]
     for e0, e1 in events:
         e0.record()
@@ -85,16 +92,7 @@ def time_graphs(fns: dict[str, tuple], inp: Inputs, calls: int, rounds: int = 10
             for i in range(calls):
                 _call(fn, inp, i, out)
 
-        s = torch.cuda.Stream()
-        s.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(s):
-            body()
-        torch.cuda.current_stream().wait_stream(s)
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g):
-            body()
-        g.replay()
-        graphs[name] = g
+        graphs[name] = capture_graph(body)
     samples: dict[str, list] = {n: [] for n in graphs}
     order = list(graphs)
     for _ in range(2):  # untimed rounds first: clocks and temperature settle under this load before sampling

@@ -11,6 +11,8 @@ these kernels when torch's deterministic mode is on). A proposer may write kerne
 import triton
 import triton.language as tl
 
+from kernelrl.gemm.kernels.triton_tma import tile_coords
+
 
 @triton.jit(do_not_specialize=["k_chunk", "splits"])
 def matmul_splitk(a_ptr, b_ptr, c_ptr, ws_ptr, cnt_ptr, M, N, K, k_chunk, splits,
@@ -20,13 +22,7 @@ def matmul_splitk(a_ptr, b_ptr, c_ptr, ws_ptr, cnt_ptr, M, N, K, k_chunk, splits
     pid_k = tl.program_id(axis=1)
     num_pid_m = tl.cdiv(M, BM)
     num_pid_n = tl.cdiv(N, BN)
-    # grouped tile order: programs that run together share rows of A and columns of B in L2
-    num_pid_in_group = GROUP_M * num_pid_n
-    group_id = pid // num_pid_in_group
-    first_pid_m = group_id * GROUP_M
-    group_size_m = min(num_pid_m - first_pid_m, GROUP_M)
-    pid_m = first_pid_m + (pid % group_size_m)
-    pid_n = (pid % num_pid_in_group) // group_size_m
+    pid_m, pid_n = tile_coords(pid, GROUP_M * num_pid_n, num_pid_m, GROUP_M)
 
     rm = pid_m * BM + tl.arange(0, BM)
     rn = pid_n * BN + tl.arange(0, BN)

@@ -7,6 +7,8 @@ memory latency. `EVEN_K` (K a multiple of BK) drops the K masks. A proposer may 
 import triton
 import triton.language as tl
 
+from kernelrl.gemm.kernels.triton_tma import tile_coords
+
 
 @triton.jit
 def matmul_tiled(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_bk, stride_cm,
@@ -15,12 +17,7 @@ def matmul_tiled(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_bk, stride_cm,
     pid = tl.program_id(axis=0)
     num_pid_m = tl.cdiv(M, BM)
     num_pid_n = tl.cdiv(N, BN)
-    num_pid_in_group = GROUP_M * num_pid_n
-    group_id = pid // num_pid_in_group
-    first_pid_m = group_id * GROUP_M
-    group_size_m = min(num_pid_m - first_pid_m, GROUP_M)
-    pid_m = first_pid_m + (pid % group_size_m)
-    pid_n = (pid % num_pid_in_group) // group_size_m
+    pid_m, pid_n = tile_coords(pid, GROUP_M * num_pid_n, num_pid_m, GROUP_M)
 
     rm = pid_m * BM + tl.arange(0, BM)
     rn = pid_n * BN + tl.arange(0, BN)

@@ -8,8 +8,10 @@ import triton
 import triton.language as tl
 
 
+# (row, column) of output tile `tile_id` in grouped order: tiles that run together share rows of A and columns
+# of B in L2. The tiled and split-K kernels use it too.
 @triton.jit
-def _tile_coords(tile_id, num_pid_in_group, num_pid_m, GROUP_M: tl.constexpr):
+def tile_coords(tile_id, num_pid_in_group, num_pid_m, GROUP_M: tl.constexpr):
     group_id = tile_id // num_pid_in_group
     first_pid_m = group_id * GROUP_M
     group_size_m = min(num_pid_m - first_pid_m, GROUP_M)
@@ -32,7 +34,7 @@ def matmul_tma_persistent(a_desc, b_desc, c_desc, M, N, K,
     # ACC_FP16 exists only so that tests can show the correctness gate rejecting fp16 accumulation.
     acc_dtype = tl.float16 if ACC_FP16 else tl.float32
     for tile_id in tl.range(start_pid, num_tiles, NUM_SMS, flatten=FLATTEN, warp_specialize=WARP_SPECIALIZE):
-        pid_m, pid_n = _tile_coords(tile_id, num_pid_in_group, num_pid_m, GROUP_M)
+        pid_m, pid_n = tile_coords(tile_id, num_pid_in_group, num_pid_m, GROUP_M)
         offs_m = pid_m * BM
         offs_n = pid_n * BN
         acc = tl.zeros((BM, BN), dtype=acc_dtype)
