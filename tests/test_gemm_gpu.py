@@ -19,7 +19,7 @@ hopper = pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_devi
 
 
 def _tuned(n, seed=0, dtype="fp16"):
-    """Up to n tuned (not torch) shapes of the committed table, spread over families, small ones first."""
+    """About n tuned (not torch) shapes of the committed table, spread over families (at least one each)."""
     names = default_dispatcher().table.lookup()
     keys = sorted((k for k in names if k[3] == dtype), key=lambda k: k[0] * k[1] * k[2])
     by_fam = {}
@@ -29,7 +29,7 @@ def _tuned(n, seed=0, dtype="fp16"):
     picked = []
     for fam, ks in by_fam.items():
         small = [k for k in ks if k[0] * k[1] * k[2] <= 4096 ** 3]
-        picked += rng.sample(small, min(len(small), n // max(1, len(by_fam))))
+        picked += rng.sample(small, min(len(small), max(1, n // len(by_fam))))  # every family, at least once
     return [Shape(m, n_, k) for m, n_, k, _ in picked]
 
 
