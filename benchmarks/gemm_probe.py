@@ -9,6 +9,7 @@ noise:  where the spread of two identical programs comes from: torch.matmul capt
         input set, one of those graphs entered twice, and a capture over a second input set.
 
     python3 benchmarks/gemm_probe.py [--parts floor,tiled,noise] [--deadline S]
+    python3 benchmarks/gemm_probe.py --summarise benchmarks/results/gemm_runs/probe_floor_tiled_noise.json
 """
 from __future__ import annotations
 
@@ -195,13 +196,51 @@ def part_noise(res: dict, deadline: float) -> None:
         del gs, g2, inp, inp2
 
 
+def summarise(res: dict) -> list[str]:
+    """The figures the findings quote from a probe's JSON: the tiled kernel's reach and the timing spread."""
+    from kernelrl.gemm.shapes import Shape
+    from kernelrl.gemm.space import roofline_us
+
+    lines = []
+    tiled = [e for e in res.get("tiled", []) if any(k.startswith("tiled") for k in e["us"])]
+    if tiled:
+        gain = {(e["m"], e["n"], e["k"]): e["us"]["torch"] / min(v for k, v in e["us"].items()
+                                                                 if k.startswith("tiled")) for e in tiled}
+        wins = [s for s, g in gain.items() if g > 1.01]
+        lines.append(f"tiled: best configuration > 1.01x torch.matmul on {len(wins)} of {len(gain)} shapes; "
+                     f"largest roofline estimate among them {max(roofline_us(Shape(*s)) for s in wins):.2f} us")
+    stats: dict[str, list[float]] = {"median of each label": [], "median of paired ratios": []}
+    for e in res.get("noise", []):
+        base = e["samples"]["cap0"]
+        for lab in ("cap1", "cap2", "cap3", "cap0_again"):
+            v = e["samples"][lab]
+            stats["median of each label"].append(math.log(statistics.median(v) / statistics.median(base)))
+            stats["median of paired ratios"].append(math.log(statistics.median(x / y for x, y in zip(v, base))))
+    for name, d in stats.items():
+        if d:
+            lines.append(f"noise, {name}: sd of log ratio {statistics.pstdev(d):.4f}, "
+                         f"largest |log ratio| {max(map(abs, d)):.4f} ({len(d)} pairs)")
+    again = [abs(math.log(e["median"]["cap0_again"] / e["median"]["cap0"])) for e in res.get("noise", [])]
+    if again:
+        lines.append(f"noise, the same graph timed under two labels: largest difference {math.expm1(max(again)):.1%}")
+    moved = [(e["median"]["inputs2"] / e["median"]["cap0"], (e["m"], e["n"], e["k"])) for e in res.get("noise", [])]
+    if moved:
+        worst = max(moved, key=lambda t: abs(math.log(t[0])))
+        lines.append(f"noise, second input set: largest change {worst[0]:.3f}x on {'x'.join(map(str, worst[1]))}")
+    return lines
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--parts", default="floor,tiled,noise")
     ap.add_argument("--deadline", type=float, default=400.0)
     ap.add_argument("--tiled-max-us", type=float, default=6.0)
     ap.add_argument("--tiled-share", type=float, default=0.6, help="share of the deadline the tiled part may use")
+    ap.add_argument("--summarise", metavar="JSON", help="print the summary of an earlier probe's JSON and stop")
     args = ap.parse_args()
+    if args.summarise:
+        print("\n".join(summarise(json.loads(Path(args.summarise).read_text()))))
+        return
     OUT.mkdir(parents=True, exist_ok=True)
     import torch
     import triton
@@ -219,6 +258,8 @@ def main() -> None:
     finally:
         (OUT / "gemm_probe.json").write_text(json.dumps(res))
         log("wrote gemm_probe.json")
+        for line in summarise(res):
+            log(line)
 
 
 if __name__ == "__main__":

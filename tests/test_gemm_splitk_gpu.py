@@ -9,6 +9,7 @@ pytestmark = pytest.mark.gpu
 from kernelrl.gemm import check as chk  # noqa: E402
 from kernelrl.gemm.registry import make_launcher  # noqa: E402
 from kernelrl.gemm.space import SPLITK_TILES  # noqa: E402
+from gemm_gpu_checks import on_two_streams, replays_correctly  # noqa: E402
 
 hopper = pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0),
                             reason="tuned and tested on sm_90")
@@ -52,33 +53,14 @@ def test_split_k_replays_in_a_cuda_graph_captured_on_a_stream_it_has_not_seen():
     with torch.cuda.graph(g):  # torch's capture stream: the launcher takes a pre-zeroed spare workspace
         for _ in range(4):
             fn(a, b, c)
-    for _ in range(3):
-        a2, b2 = chk.random_inputs(m, n, k)
-        a.copy_(a2)
-        b.copy_(b2)
-        g.replay()
-        torch.cuda.synchronize()
-        ref = chk.reference(a2, b2)
-        assert chk.rel_err(c, ref) <= 2 * chk.rel_err(torch.matmul(a2, b2), ref)
+    replays_correctly(g, a, b, c)
     assert _scratch_is_zero()
 
 
 @hopper
 def test_split_k_on_two_streams_at_once_stays_correct():
     m, n, k = 256, 256, 4096
-    fn = make_launcher("splitk:64x64x64_s4_w4/k16", m, n, k)
-    streams = [torch.cuda.Stream(), torch.cuda.Stream()]
-    inputs = [chk.random_inputs(m, n, k) for _ in streams]
-    outs = [torch.empty(m, n, device="cuda", dtype=torch.float16) for _ in streams]
-    torch.cuda.synchronize()
-    for _ in range(50):
-        for s, (a, b), c in zip(streams, inputs, outs):
-            with torch.cuda.stream(s):
-                fn(a, b, c)
-    torch.cuda.synchronize()
-    for (a, b), c in zip(inputs, outs):
-        ref = chk.reference(a, b)
-        assert chk.rel_err(c, ref) <= 2 * chk.rel_err(torch.matmul(a, b), ref)
+    on_two_streams(make_launcher("splitk:64x64x64_s4_w4/k16", m, n, k), m, n, k)  # checks both results
     assert _scratch_is_zero()
 
 

@@ -10,25 +10,10 @@ pytestmark = pytest.mark.gpu
 from kernelrl.gemm import check as chk  # noqa: E402
 from kernelrl.gemm.registry import make_launcher  # noqa: E402
 from kernelrl.gemm.space import CUTLASS_CONFIGS, TILED_CONFIGS, CutlassVariant  # noqa: E402
+from gemm_gpu_checks import on_two_streams, replays_correctly  # noqa: E402
 
 hopper = pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0),
                             reason="tuned and tested on sm_90")
-
-
-def _close(c, a, b) -> bool:
-    ref = chk.reference(a, b)
-    return chk.rel_err(c, ref) <= 2 * chk.rel_err(torch.matmul(a, b), ref)
-
-
-def _replays_correctly(g, a, b, c):
-    """Replay graph `g`, which computes c = a @ b, on three fresh inputs copied into a and b; check each."""
-    for _ in range(3):
-        a2, b2 = chk.random_inputs(a.shape[0], b.shape[1], a.shape[1], a.dtype)
-        a.copy_(a2)
-        b.copy_(b2)
-        g.replay()
-        torch.cuda.synchronize()
-        assert _close(c, a2, b2)
 
 
 @hopper
@@ -53,7 +38,7 @@ def test_tiled_kernel_replays_in_a_cuda_graph_with_new_inputs():
     g = torch.cuda.CUDAGraph()
     with torch.cuda.graph(g):
         fn(a, b, c)
-    _replays_correctly(g, a, b, c)
+    replays_correctly(g, a, b, c)
 
 
 def _workspace_users(m, n, k):
@@ -77,26 +62,16 @@ def test_workspace_kernels_on_two_streams_at_once_each_use_their_own_workspace_a
     m, n, k = 256, 256, 8192  # few output tiles, deep K: the split kernels keep partial sums in the workspace
     names = _workspace_users(m, n, k)
     assert len(names) == 3, names
-    streams = [torch.cuda.Stream(), torch.cuda.Stream()]
-    inputs = [chk.random_inputs(m, n, k) for _ in streams]
     for name in names:
         fn = make_launcher(name, m, n, k)
-        outs = [torch.empty(m, n, device="cuda", dtype=torch.float16) for _ in streams]
-        torch.cuda.synchronize()
-        for _ in range(50):
-            for s, (a, b), c in zip(streams, inputs, outs):
-                with torch.cuda.stream(s):
-                    fn(a, b, c)
-        torch.cuda.synchronize()
-        for (a, b), c in zip(inputs, outs):
-            assert _close(c, a, b), name
+        streams = on_two_streams(fn, m, n, k)  # checks both results
         raw = {s.cuda_stream for s in streams}
         ws = {fn.plans[r][1].data_ptr() for r in raw}
         assert raw <= set(fn.plans) and len(ws) == 2, name  # one plan and one workspace per stream
 
 
 @hopper
-def test_workspace_kernel_captured_on_a_new_stream_takes_the_spare_workspace_and_replays_correctly():
+def test_workspace_kernel_captured_on_a_new_stream_takes_the_spare_workspace_andreplays_correctly():
     from kernelrl.gemm.streams import WORKSPACES
 
     m, n, k = 128, 256, 8192
@@ -113,7 +88,7 @@ def test_workspace_kernel_captured_on_a_new_stream_takes_the_spare_workspace_and
         fn(a, b, c)
     captured = [ws.data_ptr() for _, ws in fn.plans.values()]
     assert spare in captured and len(set(captured)) == len(captured)
-    _replays_correctly(g, a, b, c)
+    replays_correctly(g, a, b, c)
 
 
 @hopper

@@ -48,6 +48,15 @@ class TritonConfig:
         return cls(bm, bn, bk, stages, warps, ws="ws" in parts[3:])
 
 
+def _tile_fields(text: str) -> tuple[int, int, int, int, int]:
+    """(bm, bn, bk, stages, warps) from `<BM>x<BN>x<BK>_s<stages>_w<warps>`; ValueError otherwise."""
+    dims, stages, warps = text.split("_")
+    bm, bn, bk = (int(x) for x in dims.split("x"))
+    if not (stages[0] == "s" and warps[0] == "w"):
+        raise ValueError(text)
+    return bm, bn, bk, int(stages[1:]), int(warps[1:])
+
+
 @dataclass(frozen=True)
 class TiledConfig:
     """One configuration of the Triton tiled kernel (one program per output tile, no TMA, no workspace)."""
@@ -70,12 +79,8 @@ class TiledConfig:
     def parse(cls, name: str) -> "TiledConfig":
         """Inverse of `name`."""
         try:
-            dims, stages, warps = name.split(":", 1)[1].split("_")
-            bm, bn, bk = (int(x) for x in dims.split("x"))
-            if not (stages[0] == "s" and warps[0] == "w"):
-                raise ValueError(name)
-            return cls(bm, bn, bk, int(stages[1:]), int(warps[1:]))
-        except ValueError as e:
+            return cls(*_tile_fields(name.split(":", 1)[1]))
+        except (ValueError, IndexError) as e:
             raise ValueError(f"malformed tiled kernel name {name!r}: expected "
                              "tiled:<BM>x<BN>x<BK>_s<stages>_w<warps>") from e
 
@@ -107,12 +112,10 @@ class SplitKConfig:
         """Inverse of `name`."""
         try:
             tile, splits = name.split(":", 1)[1].split("/")
-            dims, stages, warps = tile.split("_")
-            bm, bn, bk = (int(x) for x in dims.split("x"))
-            if not (stages[0] == "s" and warps[0] == "w" and splits[0] == "k"):
+            if splits[0] != "k":
                 raise ValueError(name)
-            cfg = cls(bm, bn, bk, int(stages[1:]), int(warps[1:]), int(splits[1:]))
-        except ValueError as e:
+            cfg = cls(*_tile_fields(tile), int(splits[1:]))
+        except (ValueError, IndexError) as e:
             raise ValueError(f"malformed split-K kernel name {name!r}: expected "
                              "splitk:<BM>x<BN>x<BK>_s<stages>_w<warps>/k<splits>") from e
         if cfg.splits < 1:

@@ -202,9 +202,10 @@ def _final(results: dict[str, dict], launchers: dict, baselines: list[str | None
 
 
 def augment_shape(record: dict, names: list[str], opt: TuneOptions = TuneOptions(), tag: str = "") -> dict:
-    """A shape's record after searching `names` (e.g. a new family's candidates) as well: the new candidates
-    are checked and timed, then the record's winner, its baselines and the new candidates' best are timed
-    again, interleaved, and the winner is chosen afresh. The other candidates' results are kept as recorded."""
+    """A shape's record after searching `names` (e.g. a new family's candidates) as well: the new candidates,
+    the record's winner, its baselines and its two fastest other relaunchable candidates are checked and
+    timed, the fastest few are timed again, interleaved, and the winner is chosen afresh. The other
+    candidates' results are kept as recorded."""
     t_start = time.perf_counter()
     s = Shape(record["m"], record["n"], record["k"])
     dtype = DTYPE_NAMES[record["dtype"]]
