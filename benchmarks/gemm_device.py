@@ -42,6 +42,8 @@ def build() -> None:
 
     if not b.cublaslt_is_current(BUILD):
         b.build_cublaslt(BUILD, log=log)
+    if not b.clusterk_is_current(BUILD):
+        b.build_clusterk(BUILD, jobs=16, log=log)
     if not (BUILD / b.LIB_NAME).is_file():
         b.build(BUILD, jobs=16, log=log)
         with tarfile.open(OUT / "gemm_build.tar.gz", "w:gz") as t:  # carried back so later calls skip the build

@@ -2,6 +2,7 @@
 resume, dispatch fallback, report and CLI."""
 import gzip
 import json
+import shutil
 
 import pytest
 import torch
@@ -12,10 +13,11 @@ from kernelrl.gemm.cli import app
 from kernelrl.gemm.dispatch import Dispatcher, matmul
 from kernelrl.gemm.report import markdown, read_rows, summarise, write_report
 from kernelrl.gemm.shapes import GRID_SIZES, Shape, grid, read_shapes
-from kernelrl.gemm.space import (CUTLASS_CONFIGS, SMEM_BYTES, SPLITK_MAX_OUTPUT, SPLITK_TILES, TILED_CONFIGS,
-                                 TILED_SEARCH_MAX_EST_US, TRITON_CONFIGS, CutlassVariant, SplitKConfig, TiledConfig,
-                                 TritonConfig, cutlass_candidates, estimate_us, roofline_us, splitk_candidates,
-                                 tiled_candidates, triton_candidates)
+from kernelrl.gemm.space import (CLUSTERK_TILES, CUTLASS_CONFIGS, SMEM_BYTES, SPLITK_MAX_OUTPUT, SPLITK_TILES,
+                                 TILED_CONFIGS, TILED_SEARCH_MAX_EST_US, TRITON_CONFIGS, ClusterKConfig,
+                                 CutlassVariant, SplitKConfig, TiledConfig, TritonConfig, clusterk_candidates,
+                                 cutlass_candidates, estimate_us, roofline_us, splitk_candidates, tiled_candidates,
+                                 triton_candidates)
 from kernelrl.gemm.table import Entry, Table, from_records, read_records
 from kernelrl.gemm.tune import done_keys, plain_results
 
@@ -123,6 +125,66 @@ def test_tiled_search_is_for_launch_bound_shapes_only_and_keeps_tiles_within_the
 
     opt = TuneOptions()
     assert FAMILY_CANDIDATES["tiled"](small, opt) == [c.name for c in tiled_candidates(small, opt.tiled_top)]
+
+
+def test_cluster_split_k_names_round_trip_and_a_bad_one_says_what_is_wrong():
+    assert len({c.symbol for c in CLUSTERK_TILES}) == len(CLUSTERK_TILES)
+    for c in CLUSTERK_TILES:
+        assert c.smem_bytes <= SMEM_BYTES
+        wm, wn = c.warp_grid
+        assert wm * wn == c.warps and (c.bm // wm) % 16 == 0 and (c.bn // wn) % 16 == 0  # the kernel's asserts
+        for s in (2, 16):
+            assert ClusterKConfig.parse(c.with_splits(s).name) == c.with_splits(s)
+    for bad in ("clusterk:64x64_s4_w4/c2", "clusterk:64x64x64_s4_w4", "clusterk:64x64x64_s4_w4/k2"):
+        with pytest.raises(ValueError, match="clusterk:<BM>x<BN>x<BK>_s<stages>_w<warps>/c<splits>"):
+            ClusterKConfig.parse(bad)
+    for bad in ("clusterk:64x64x64_s4_w4/c1", "clusterk:64x64x64_s4_w4/c32"):
+        with pytest.raises(ValueError, match="must be 2 to 16"):
+            ClusterKConfig.parse(bad)
+    with pytest.raises(KeyError, match="unknown cluster split-K configuration"):
+        ClusterKConfig.parse("clusterk:32x32x64_s4_w4/c2")  # not compiled
+
+
+def test_cluster_split_k_search_is_for_few_output_tiles_and_deep_k():
+    cands = clusterk_candidates(Shape(64, 64, 2048), 8)
+    assert cands and all(c.bm == 64 and c.bn == 64 for c in cands)  # larger tiles would compute padding
+    assert max(c.splits for c in cands) == 16  # one output tile: the widest cluster spreads its K loop
+    assert all(2048 >= c.splits * c.bk for c in cands)  # every block of a cluster gets a K step
+    tiles = [c.name.split("/")[0] for c in clusterk_candidates(Shape(512, 512, 4096), 8)]
+    assert len(set(tiles[:5])) == 5  # every fitting tile gets its best cluster size before any a second
+    for c in clusterk_candidates(Shape(1024, 1024, 8192), 8):
+        assert (1024 // c.bm) * (1024 // c.bn) * c.splits <= 2 * 132  # at most two waves of blocks
+    assert clusterk_candidates(Shape(64, 64, 256)) == []  # a shallow K: little to split
+    assert clusterk_candidates(Shape(2048, 2048, 4096)) == []  # 256 tiles of 128x128: the SMs are full
+    assert clusterk_candidates(Shape(64, 68, 4096)) == []  # rows of N not 16-byte aligned
+    from kernelrl.gemm.registry import family
+    from kernelrl.gemm.tune import FAMILY_CANDIDATES, TuneOptions, candidates
+
+    opt = TuneOptions(lt_autotune=0, lt_extra=0)
+    names = FAMILY_CANDIDATES["clusterk"](Shape(64, 64, 2048), opt)
+    assert names == [c.name for c in clusterk_candidates(Shape(64, 64, 2048), opt.clusterk_top)]
+    assert set(names) <= set(candidates(Shape(64, 64, 2048), torch.float16, opt)[0])
+    assert family(names[0]) == "clusterk"
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
+def test_cluster_split_k_library_builds_for_sm90a_and_refuses_what_it_cannot_run(tmp_path):
+    # Compiles the kernel source for Hopper and loads the library; the refusals below run before any CUDA
+    # call, so they need no GPU.
+    import ctypes
+
+    from kernelrl.gemm import build as b
+
+    tile = CLUSTERK_TILES[0]
+    lib_path = b.build_clusterk(tmp_path, configs=(tile,), log=lambda _: None)
+    assert b.clusterk_is_current(tmp_path, configs=(tile,))
+    can = getattr(ctypes.CDLL(str(lib_path)), f"{tile.symbol}_can_implement")
+    can.argtypes = [ctypes.c_int] * 5
+    assert can(64, 68, 1024, 4, 0) == 1  # N % 8
+    assert can(64, 64, 1020, 4, 1) == 1  # K % 8
+    assert can(64, 64, 1024, 32, 0) == 2  # more splits than a cluster holds
+    assert can(1 << 20, 1 << 20, 1024, 2, 0) == 3  # more tiles than a grid dimension holds
+    assert not b.clusterk_is_current(tmp_path, configs=CLUSTERK_TILES[:2])  # a configuration not built yet
 
 
 def test_per_stream_buffers_give_each_stream_its_own_set_grow_it_and_use_the_spare_under_capture(monkeypatch):

@@ -1,4 +1,5 @@
-"""Build the native kernel libraries with nvcc: the CUTLASS SM90 configurations and the cuBLASLt binding."""
+"""Build the native kernel libraries with nvcc: the CUTLASS SM90 configurations, the cluster split-K
+configurations and the cuBLASLt binding."""
 from __future__ import annotations
 
 import hashlib
@@ -9,13 +10,16 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from kernelrl.gemm.space import CUTLASS_CONFIGS, CutlassConfig
+from kernelrl.gemm.space import CLUSTERK_TILES, CUTLASS_CONFIGS, ClusterKConfig, CutlassConfig
 
 SOURCE = Path(__file__).parent / "kernels" / "cutlass_sm90.cu"
 DEFAULT_BUILD_DIR = Path(os.environ.get("KERNELRL_GEMM_BUILD", ".kernelrl-cache/gemm"))
 LIB_NAME = "libkernelrl_cutlass_sm90.so"
 LT_SOURCE = Path(__file__).parent / "kernels" / "cublaslt_binding.cu"
 LT_LIB_NAME = "libkernelrl_cublaslt.so"
+CK_SOURCE = Path(__file__).parent / "kernels" / "cluster_splitk.cu"
+CK_LIB_NAME = "libkernelrl_clusterk.so"
+SM90_FLAGS = ["-std=c++17", "-O3", "-DNDEBUG", "-gencode=arch=compute_90a,code=sm_90a", "-Xcompiler=-fPIC"]
 
 
 def cutlass_include_dirs() -> list[Path]:
@@ -38,50 +42,68 @@ def cutlass_include_dirs() -> list[Path]:
         "or set CUTLASS_PATH to a CUTLASS checkout")
 
 
-def nvcc_command(cfg: CutlassConfig, out: Path, includes: list[Path], bf16: bool = False) -> list[str]:
-    """The nvcc command that compiles one configuration to an object file."""
+def nvcc_command(cfg: CutlassConfig, includes: list[Path], bf16: bool = False) -> list[str]:
+    """The nvcc command (up to `-o`) that compiles one CUTLASS configuration to an object file."""
     defs = [f"-D{k}={v}" for k, v in cfg.macros.items()]
     if bf16:
         defs = [d.replace(f"KR_NAME={cfg.symbol}", f"KR_NAME={cfg.symbol}_bf16") for d in defs]
-    return ["nvcc", "-std=c++17", "-O3", "-DNDEBUG", "-gencode=arch=compute_90a,code=sm_90a",
-            "--expt-relaxed-constexpr", "-Xcompiler=-fPIC", *[f"-I{p}" for p in includes],
-            *defs, f"-DKR_BF16={int(bf16)}", "-c", str(SOURCE), "-o", str(out)]
+    return ["nvcc", *SM90_FLAGS, "--expt-relaxed-constexpr", *[f"-I{p}" for p in includes],
+            *defs, f"-DKR_BF16={int(bf16)}", "-c", str(SOURCE)]
+
+
+def _compile_and_link(objects: dict[str, list[str]], source: Path, lib_name: str, build_dir: Path,
+                      jobs: int | None, log) -> Path:
+    """Compile every object (stem -> its nvcc command up to `-o`) not yet built from this `source`, in
+    parallel, and link them into `build_dir/lib_name`."""
+    if shutil.which("nvcc") is None:
+        raise FileNotFoundError("nvcc not found on PATH: the native kernel families need the CUDA toolkit")
+    build_dir.mkdir(parents=True, exist_ok=True)
+    digest = _digest(source)
+    paths = {stem: build_dir / f"{stem}.{digest}.o" for stem in objects}
+
+    def compile_one(stem: str) -> None:
+        tmp = paths[stem].with_suffix(".tmp.o")
+        proc = subprocess.run([*objects[stem], "-o", str(tmp)], capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise RuntimeError(f"nvcc failed for {stem}:\n{proc.stderr[-4000:]}")
+        tmp.rename(paths[stem])
+        log(f"built {paths[stem].name}")
+
+    with ThreadPoolExecutor(jobs or max(1, os.cpu_count() or 1)) as pool:
+        list(pool.map(compile_one, [stem for stem, path in paths.items() if not path.is_file()]))
+    lib = build_dir / lib_name
+    subprocess.run(["nvcc", "-shared", "-o", str(lib), *map(str, paths.values())], check=True)
+    log(f"linked {lib}")
+    return lib
 
 
 def build(build_dir: Path = DEFAULT_BUILD_DIR, configs=CUTLASS_CONFIGS, jobs: int | None = None,
           bf16: bool = False, log=print) -> Path:
-    """Compile `configs` (skipping objects already built from the same source) and link the library."""
-    if shutil.which("nvcc") is None:
-        raise FileNotFoundError("nvcc not found on PATH: the CUTLASS family needs the CUDA toolkit")
+    """Compile the CUTLASS `configs` (skipping objects already built from the same source) and link the
+    library."""
     includes = cutlass_include_dirs()
-    build_dir.mkdir(parents=True, exist_ok=True)
-    digest = hashlib.sha256(SOURCE.read_bytes()).hexdigest()[:10]
-    jobs = jobs or max(1, os.cpu_count() or 1)
-    dtypes = (False, True) if bf16 else (False,)
-    work = []
-    for cfg in configs:
-        for is_bf16 in dtypes:
-            obj = build_dir / f"{cfg.symbol}{'_bf16' if is_bf16 else ''}.{digest}.o"
-            if not obj.is_file():
-                work.append((cfg, obj, is_bf16))
+    objects = {f"{cfg.symbol}{'_bf16' if is_bf16 else ''}": nvcc_command(cfg, includes, is_bf16)
+               for cfg in configs for is_bf16 in ((False, True) if bf16 else (False,))}
+    return _compile_and_link(objects, SOURCE, LIB_NAME, build_dir, jobs, log)
 
-    def compile_one(item):
-        cfg, obj, is_bf16 = item
-        tmp = obj.with_suffix(".tmp.o")
-        proc = subprocess.run(nvcc_command(cfg, tmp, includes, is_bf16), capture_output=True, text=True)
-        if proc.returncode != 0:
-            raise RuntimeError(f"nvcc failed for {cfg.symbol}:\n{proc.stderr[-4000:]}")
-        tmp.rename(obj)
-        log(f"built {obj.name}")
 
-    with ThreadPoolExecutor(jobs) as pool:
-        list(pool.map(compile_one, work))
-    objs = [build_dir / f"{c.symbol}{sfx}.{digest}.o" for c in configs for sfx in
-            (("", "_bf16") if bf16 else ("",))]
-    lib = build_dir / LIB_NAME
-    subprocess.run(["nvcc", "-shared", "-o", str(lib), *map(str, objs)], check=True)
-    log(f"linked {lib}")
-    return lib
+def clusterk_command(cfg: ClusterKConfig) -> list[str]:
+    """The nvcc command (up to `-o`) that compiles one cluster split-K configuration, fp16 and bf16."""
+    return ["nvcc", *SM90_FLAGS, *[f"-D{k}={v}" for k, v in cfg.macros.items()], "-c", str(CK_SOURCE)]
+
+
+def build_clusterk(build_dir: Path = DEFAULT_BUILD_DIR, configs=CLUSTERK_TILES, jobs: int | None = None,
+                   log=print) -> Path:
+    """Compile the cluster split-K configurations (no headers besides CUDA's) and link their library."""
+    return _compile_and_link({cfg.symbol: clusterk_command(cfg) for cfg in configs}, CK_SOURCE, CK_LIB_NAME,
+                             build_dir, jobs, log)
+
+
+def clusterk_is_current(build_dir: Path = DEFAULT_BUILD_DIR, configs=CLUSTERK_TILES) -> bool:
+    """Whether `build_dir` holds the cluster split-K library linked from the current source's objects."""
+    lib = build_dir / CK_LIB_NAME
+    objs = [build_dir / f"{cfg.symbol}.{_digest(CK_SOURCE)}.o" for cfg in configs]
+    return lib.is_file() and all(o.is_file() and o.stat().st_mtime <= lib.stat().st_mtime for o in objs)
 
 
 def cublas_dirs() -> tuple[Path, Path]:
@@ -129,4 +151,5 @@ def build_cublaslt(build_dir: Path = DEFAULT_BUILD_DIR, log=print) -> Path:
 if __name__ == "__main__":
     out = Path(sys.argv[1]) if len(sys.argv) > 1 else DEFAULT_BUILD_DIR
     build_cublaslt(out)
+    build_clusterk(out)
     build(out)

@@ -174,12 +174,13 @@ def build(
     jobs: int = typer.Option(0, help="parallel nvcc jobs (0: one per core)"),
     bf16: bool = typer.Option(False, help="also build bf16 CUTLASS configurations"),
 ):
-    """Compile the CUTLASS configurations and the cuBLASLt binding with nvcc."""
+    """Compile the CUTLASS and cluster split-K configurations and the cuBLASLt binding with nvcc."""
     from kernelrl.gemm import build as b
 
     d = build_dir or b.DEFAULT_BUILD_DIR
     try:
         b.build_cublaslt(d, log=out.print)
+        b.build_clusterk(d, jobs=jobs or None, log=out.print)
         b.build(d, jobs=jobs or None, bf16=bf16, log=out.print)
     except (FileNotFoundError, RuntimeError) as e:
         fail(str(e))

@@ -6,7 +6,7 @@ import functools
 import os
 from pathlib import Path
 
-from kernelrl.gemm.build import LIB_NAME, LT_LIB_NAME
+from kernelrl.gemm.build import CK_LIB_NAME, LIB_NAME, LT_LIB_NAME
 
 
 def search_dirs() -> list[Path]:
@@ -49,3 +49,7 @@ def cutlass_lib() -> ctypes.CDLL:
 
 def cublaslt_lib() -> ctypes.CDLL:
     return load(LT_LIB_NAME)
+
+
+def clusterk_lib() -> ctypes.CDLL:
+    return load(CK_LIB_NAME)

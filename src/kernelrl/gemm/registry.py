@@ -2,15 +2,15 @@
 
 Names: `torch`; `cublaslt` (cuBLASLt's own default, no algorithm given); `cublaslt:<64-byte algo hex>`;
 `triton:<config>` (Triton persistent TMA); `tiled:<config>` (Triton tiled); `splitk:<tile>/k<splits>` (Triton
-split-K); `cutlass:<config>/<run-time arguments>`.
+split-K); `clusterk:<tile>/c<splits>` (CUDA cluster split-K); `cutlass:<config>/<run-time arguments>`.
 """
 from __future__ import annotations
 
 import torch
 
-from kernelrl.gemm.space import CutlassVariant, SplitKConfig, TiledConfig, TritonConfig
+from kernelrl.gemm.space import ClusterKConfig, CutlassVariant, SplitKConfig, TiledConfig, TritonConfig
 
-FAMILIES = ("torch", "cublaslt", "triton", "tiled", "splitk", "cutlass")
+FAMILIES = ("torch", "cublaslt", "triton", "tiled", "splitk", "clusterk", "cutlass")
 
 
 def family(name: str) -> str:
@@ -47,6 +47,10 @@ def make_launcher(name: str, m: int, n: int, k: int, dtype=torch.float16, device
         from kernelrl.gemm import triton_family
 
         return triton_family.make_splitk_launcher(SplitKConfig.parse(name), m, n, k)
+    if fam == "clusterk":
+        from kernelrl.gemm import clusterk
+
+        return clusterk.make_launcher(ClusterKConfig.parse(name), m, n, k, dtype, dev)
     from kernelrl.gemm import cutlass
 
     return cutlass.make_launcher(CutlassVariant.parse(name), m, n, k, dtype, dev)

@@ -124,6 +124,70 @@ class SplitKConfig:
 
 
 @dataclass(frozen=True)
+class ClusterKConfig:
+    """One configuration of the CUDA cluster split-K kernel (`kernels/cluster_splitk.cu`): a compile-time tile
+    plus the run-time cluster size, which is the number of K splits (2-16)."""
+
+    bm: int
+    bn: int
+    bk: int
+    stages: int
+    warps: int
+    splits: int = 2
+
+    @property
+    def name(self) -> str:
+        return f"clusterk:{self.bm}x{self.bn}x{self.bk}_s{self.stages}_w{self.warps}/c{self.splits}"
+
+    @property
+    def symbol(self) -> str:
+        """C identifier prefix of the compiled configuration's exported functions."""
+        return f"kr_ck_{self.bm}x{self.bn}x{self.bk}_s{self.stages}_w{self.warps}"
+
+    @property
+    def warp_grid(self) -> tuple[int, int]:
+        """(warps along M, warps along N): two along the shorter side where there are at least four."""
+        w = self.warps
+        if w <= 2:
+            return (w, 1) if self.bm >= self.bn else (1, w)
+        return (2, w // 2) if self.bn >= self.bm else (w // 2, 2)
+
+    @property
+    def macros(self) -> dict[str, int | str]:
+        wm, wn = self.warp_grid
+        return {"KR_NAME": self.symbol, "KR_BM": self.bm, "KR_BN": self.bn, "KR_BK": self.bk,
+                "KR_STAGES": self.stages, "KR_WM": wm, "KR_WN": wn}
+
+    @property
+    def smem_bytes(self) -> int:
+        """Shared memory of one block: the padded pipeline, or the fp32 partial tile if larger, bytes."""
+        pipe = 2 * self.stages * (self.bm * (self.bk + 8) + self.bk * (self.bn + 8))
+        return max(pipe, 4 * self.bm * (self.bn + 4))
+
+    def with_splits(self, splits: int) -> "ClusterKConfig":
+        return ClusterKConfig(self.bm, self.bn, self.bk, self.stages, self.warps, splits)
+
+    @classmethod
+    def parse(cls, name: str) -> "ClusterKConfig":
+        """Inverse of `name`; the tile must be one of CLUSTERK_TILES."""
+        try:
+            tile, splits = name.split(":", 1)[1].split("/")
+            if splits[0] != "c":
+                raise ValueError(name)
+            cfg = cls(*_tile_fields(tile), int(splits[1:]))
+        except (ValueError, IndexError) as e:
+            raise ValueError(f"malformed cluster split-K kernel name {name!r}: expected "
+                             "clusterk:<BM>x<BN>x<BK>_s<stages>_w<warps>/c<splits>") from e
+        if not 2 <= cfg.splits <= CLUSTERK_MAX_SPLITS:
+            raise ValueError(f"cluster split-K kernel {name!r}: the cluster size (splits) must be 2 to "
+                             f"{CLUSTERK_MAX_SPLITS}")
+        if cfg.with_splits(2) not in CLUSTERK_TILES:
+            raise KeyError(f"unknown cluster split-K configuration in {name!r}: one of "
+                           f"{[t.name.split(':')[1].split('/')[0] for t in CLUSTERK_TILES]}")
+        return cfg
+
+
+@dataclass(frozen=True)
 class CutlassConfig:
     """One compiled CUTLASS SM90 configuration (the template's -D macros)."""
 
@@ -220,6 +284,14 @@ TILED_CONFIGS: tuple[TiledConfig, ...] = tuple(
 # shapes), and lost on the larger ones (benchmarks/results/gemm_h200_findings.md).
 TILED_SEARCH_MAX_EST_US = 4.0
 
+# The cluster split-K tiles (compiled configurations); the split is the cluster size, chosen at run time.
+CLUSTERK_TILES: tuple[ClusterKConfig, ...] = (
+    ClusterKConfig(64, 64, 64, 4, 4), ClusterKConfig(64, 64, 128, 3, 4), ClusterKConfig(64, 128, 64, 4, 4),
+    ClusterKConfig(128, 64, 64, 4, 4), ClusterKConfig(128, 128, 64, 3, 8),
+)
+CLUSTERK_MAX_SPLITS = 16  # the largest (non-portable) cluster Hopper places
+CLUSTERK_REDUCE_US = 0.15  # cost model: one more block's partial tile read over distributed shared memory
+
 CUTLASS_CONFIGS: tuple[CutlassConfig, ...] = (
     CutlassConfig(128, 128, 64, streamk=True),
     CutlassConfig(128, 256, 64, streamk=True),
@@ -312,11 +384,46 @@ def splitk_candidates(shape: Shape, top: int = 8) -> list[SplitKConfig]:
             scored.append((estimate_us(shape, cfg.bm, cfg.bn, splits=s) - 0.5 * fixup, cfg.with_splits(s)))
             s *= 2
         if scored:
-            per_tile.append(sorted(scored, key=lambda t: (t[0], t[1].splits)))
-    ranked = [t[0] for t in per_tile] + [t[1] for t in per_tile if len(t) > 1]
-    firsts = sorted(ranked[:len(per_tile)], key=lambda t: t[0])
-    seconds = sorted(ranked[len(per_tile):], key=lambda t: t[0])
+            per_tile.append(scored)
+    return _firsts_then_seconds(per_tile, top)
+
+
+def _firsts_then_seconds(per_tile: list[list[tuple[float, object]]], top: int) -> list:
+    """From (estimate, config) lists, one per tile: every tile's best split, then every tile's second best,
+    each group ranked by estimate; the first `top`. Keeps the search from spending all of `top` on one tile."""
+    ranked = [sorted(scored, key=lambda t: (t[0], t[1].splits)) for scored in per_tile if scored]
+    firsts = sorted((t[0] for t in ranked), key=lambda t: t[0])
+    seconds = sorted((t[1] for t in ranked if len(t) > 1), key=lambda t: t[0])
     return [c for _, c in (firsts + seconds)[:top]]
+
+
+# Where the search proposes cluster split-K: fewer output tiles of its largest tile than SMs, and a K deep
+# enough that every split gets at least one K step.
+CLUSTERK_SEARCH_MIN_K = 512
+
+
+def clusterk_candidates(shape: Shape, top: int = 8) -> list[ClusterKConfig]:
+    """Up to `top` cluster split-K configurations for a shape with few output tiles and a deep K (empty for
+    others): each tile that fits the output with its cost model's best cluster size, then its second best."""
+    if shape.k < CLUSTERK_SEARCH_MIN_K or math.ceil(shape.m / 128) * math.ceil(shape.n / 128) >= NUM_SMS:
+        return []
+    if shape.k % 8 or shape.n % 8:
+        return []  # 16-byte rows: the kernel's cp.async loads need them
+    per_tile = []
+    for cfg in CLUSTERK_TILES:
+        if cfg.bm > max(64, shape.m) or cfg.bn > max(64, shape.n) or cfg.smem_bytes > SMEM_BYTES:
+            continue
+        tiles = math.ceil(shape.m / cfg.bm) * math.ceil(shape.n / cfg.bn)
+        scored = []
+        s = 2
+        while s <= CLUSTERK_MAX_SPLITS and shape.k >= s * cfg.bk and tiles * s <= 2 * NUM_SMS:
+            # the partial sums stay on chip: no DRAM fix-up, a short read per extra split instead
+            generic_fixup = (s - 1) * shape.m * shape.n * 4 * 2 / DRAM_BYTES_PER_US
+            est = estimate_us(shape, cfg.bm, cfg.bn, splits=s, cluster=s) - generic_fixup
+            scored.append((est + CLUSTERK_REDUCE_US * (s - 1) ** 0.5, cfg.with_splits(s)))
+            s *= 2
+        per_tile.append(scored)
+    return _firsts_then_seconds(per_tile, top)
 
 
 def tiled_candidates(shape: Shape, top: int = 24) -> list[TiledConfig]:

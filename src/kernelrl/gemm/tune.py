@@ -20,8 +20,8 @@ import torch
 from kernelrl.gemm import check as chk
 from kernelrl.gemm.registry import make_launcher
 from kernelrl.gemm.shapes import Shape
-from kernelrl.gemm.space import (cutlass_candidates, roofline_us, splitk_candidates, tiled_candidates,
-                                 triton_candidates)
+from kernelrl.gemm.space import (clusterk_candidates, cutlass_candidates, roofline_us, splitk_candidates,
+                                 tiled_candidates, triton_candidates)
 from kernelrl.gemm.timing import Inputs, calls_for, time_graph, time_graphs
 
 DTYPE_NAMES = {"fp16": torch.float16, "bf16": torch.bfloat16}
@@ -52,6 +52,7 @@ class TuneOptions:
     triton_top: int = 4
     splitk_top: int = 8  # Triton split-K configurations (shapes with a small output and a deep K only)
     tiled_top: int = 24  # Triton tiled configurations (launch-bound shapes only)
+    clusterk_top: int = 8  # CUDA cluster split-K configurations (few output tiles, deep K only)
     cutlass_top: int = 6
     finalists: int = 3  # re-timed against the baselines, interleaved
     margin: float = 0.01  # a kernel must beat torch.matmul by this fraction to replace it
@@ -98,6 +99,7 @@ def candidates(s: Shape, dtype: torch.dtype, opt: TuneOptions, stats: dict | Non
     names += [c.name for c in triton_candidates(s, opt.triton_top)]
     names += [c.name for c in splitk_candidates(s, opt.splitk_top)]
     names += [c.name for c in tiled_candidates(s, opt.tiled_top)]
+    names += [c.name for c in clusterk_candidates(s, opt.clusterk_top)]
     if dtype == torch.float16:
         names += [v.name for v in cutlass_candidates(s, opt.cutlass_top)]
     seen, out = set(), []
@@ -237,7 +239,8 @@ def _runners_up(record: dict, n: int) -> list[str]:
 
 
 FAMILY_CANDIDATES = {"splitk": lambda s, opt: [c.name for c in splitk_candidates(s, opt.splitk_top)],
-                     "tiled": lambda s, opt: [c.name for c in tiled_candidates(s, opt.tiled_top)]}
+                     "tiled": lambda s, opt: [c.name for c in tiled_candidates(s, opt.tiled_top)],
+                     "clusterk": lambda s, opt: [c.name for c in clusterk_candidates(s, opt.clusterk_top)]}
 
 
 def augment(path: Path, family: str, shapes: list[Shape] | None = None, opt: TuneOptions = TuneOptions(),

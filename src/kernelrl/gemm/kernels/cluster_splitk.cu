@@ -1,0 +1,299 @@
+// Split-K GEMM whose K splits are one thread-block cluster and reduce through distributed shared memory.
+// C (M x N, row-major) = A (M x K, row-major) * B (K x N, row-major); fp16 or bf16 in, fp32 accumulation.
+//
+// A cluster of `splits` blocks (2-16, chosen at run time) computes one BM x BN output tile: block r of the
+// cluster multiplies the tile over the r-th slice of K (cp.async pipeline, ldmatrix, mma.sync m16n8k16),
+// leaves its fp32 partial tile in its own shared memory, and after a cluster barrier sums one share of the
+// tile over all the blocks' shared memory (DSMEM loads, fixed order: the result is the same on every run),
+// and writes that share of C. No workspace, no atomics, no second kernel: the partial sums never leave the
+// GPC. For the latency-bound shapes (few output tiles, deep K) where one block per tile runs a long serial
+// K loop and a split-K through global memory pays for a round trip and a fix-up.
+//
+// Built once per configuration (-D KR_NAME, KR_BM, KR_BN, KR_BK, KR_STAGES, KR_WM, KR_WN), both input types
+// in one object; a C ABI so Python calls it through ctypes. Needs K and N to be multiples of 8 (16-byte rows).
+#include <cooperative_groups.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace cg = cooperative_groups;
+
+namespace {
+
+template <typename T>
+__device__ __forceinline__ void mma16816(float* d, const uint32_t* a, const uint32_t* b);
+
+template <>
+__device__ __forceinline__ void mma16816<__half>(float* d, const uint32_t* a, const uint32_t* b) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+template <>
+__device__ __forceinline__ void mma16816<__nv_bfloat16>(float* d, const uint32_t* a, const uint32_t* b) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// 16 bytes global -> shared, bypassing L1; zero-filled (nothing read) when `pred` is false.
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool pred) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
+               "r"(pred ? 16 : 0));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+__device__ __forceinline__ void ldsm_x4(uint32_t* r, const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_addr(p)));
+}
+__device__ __forceinline__ void ldsm_x4_trans(uint32_t* r, const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_addr(p)));
+}
+
+template <typename T>
+__device__ __forceinline__ void store4(T* dst, float4 v);
+template <>
+__device__ __forceinline__ void store4<__half>(__half* dst, float4 v) {
+  __half2 lo = __floats2half2_rn(v.x, v.y), hi = __floats2half2_rn(v.z, v.w);
+  uint2 bits = {*reinterpret_cast<uint32_t*>(&lo), *reinterpret_cast<uint32_t*>(&hi)};
+  *reinterpret_cast<uint2*>(dst) = bits;
+}
+template <>
+__device__ __forceinline__ void store4<__nv_bfloat16>(__nv_bfloat16* dst, float4 v) {
+  __nv_bfloat162 lo = __floats2bfloat162_rn(v.x, v.y), hi = __floats2bfloat162_rn(v.z, v.w);
+  uint2 bits = {*reinterpret_cast<uint32_t*>(&lo), *reinterpret_cast<uint32_t*>(&hi)};
+  *reinterpret_cast<uint2*>(dst) = bits;
+}
+
+template <int BM, int BN, int BK, int STAGES, int WM, int WN>
+struct Geometry {
+  static constexpr int kThreads = WM * WN * 32;
+  static constexpr int kAStride = BK + 8;  // padded rows (elements): ldmatrix reads without bank conflicts
+  static constexpr int kBStride = BN + 8;
+  static constexpr int kATile = BM * kAStride;
+  static constexpr int kBTile = BK * kBStride;
+  static constexpr int kRStride = BN + 4;  // fp32 partial tile rows, 16-byte aligned
+  static constexpr size_t kPipeBytes = size_t(STAGES) * (kATile + kBTile) * 2;
+  static constexpr size_t kReduceBytes = size_t(BM) * kRStride * 4;
+  static constexpr size_t kSmemBytes = kPipeBytes > kReduceBytes ? kPipeBytes : kReduceBytes;
+  static constexpr int kWarpM = BM / WM, kWarpN = BN / WN;  // one warp's share of the tile
+  static constexpr int kMT = kWarpM / 16, kNT = kWarpN / 8;  // mma tiles per warp
+  static_assert(kWarpM % 16 == 0 && kWarpN % 16 == 0, "a warp's share must be whole 16x16 mma pairs");
+  static_assert(BK % 16 == 0 && BN % 8 == 0, "tile sizes");
+};
+
+template <typename T, int BM, int BN, int BK, int STAGES, int WM, int WN>
+__global__ void __launch_bounds__(WM* WN * 32)
+    cluster_splitk(const T* __restrict__ A, const T* __restrict__ B, T* __restrict__ C, int M, int N, int K,
+                   int tiles_n) {
+  using G = Geometry<BM, BN, BK, STAGES, WM, WN>;
+  extern __shared__ __align__(16) unsigned char smem[];
+  T* sA = reinterpret_cast<T*>(smem);
+  T* sB = sA + STAGES * G::kATile;
+
+  cg::cluster_group cluster = cg::this_cluster();
+  const int splits = static_cast<int>(cluster.num_blocks());
+  const int rank = static_cast<int>(cluster.block_rank());
+  const int m0 = (blockIdx.y / tiles_n) * BM, n0 = (blockIdx.y % tiles_n) * BN;
+  const int k_tiles = (K + BK - 1) / BK;
+  const int per_rank = (k_tiles + splits - 1) / splits;
+  const int kt0 = min(k_tiles, rank * per_rank);
+  const int nk = min(k_tiles, kt0 + per_rank) - kt0;  // may be 0: this block then adds zeros
+
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int wm = warp / WN, wn = warp % WN;
+  float acc[G::kMT][G::kNT][4];
+#pragma unroll
+  for (int i = 0; i < G::kMT; ++i)
+#pragma unroll
+    for (int j = 0; j < G::kNT; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.f;
+
+  auto load_stage = [&](int stage, int kt) {
+    const int kb = kt * BK;
+    T* a_s = sA + stage * G::kATile;
+    T* b_s = sB + stage * G::kBTile;
+#pragma unroll
+    for (int c = tid; c < BM * BK / 8; c += G::kThreads) {
+      const int r = c / (BK / 8), col = (c % (BK / 8)) * 8;
+      const bool ok = m0 + r < M && kb + col < K;  // K % 8 == 0: a 16-byte chunk is all in or all out
+      cp_async16(a_s + r * G::kAStride + col, ok ? A + size_t(m0 + r) * K + kb + col : A, ok);
+    }
+#pragma unroll
+    for (int c = tid; c < BK * BN / 8; c += G::kThreads) {
+      const int r = c / (BN / 8), col = (c % (BN / 8)) * 8;
+      const bool ok = kb + r < K && n0 + col < N;
+      cp_async16(b_s + r * G::kBStride + col, ok ? B + size_t(kb + r) * N + n0 + col : B, ok);
+    }
+  };
+
+#pragma unroll
+  for (int s = 0; s < STAGES - 1; ++s) {
+    if (s < nk) load_stage(s, kt0 + s);
+    cp_async_commit();
+  }
+  for (int i = 0; i < nk; ++i) {
+    cp_async_wait<STAGES - 2>();  // k-tile i has landed
+    __syncthreads();              // ... for every thread, and every thread is done with k-tile i - 1
+    if (i + STAGES - 1 < nk) load_stage((i + STAGES - 1) % STAGES, kt0 + i + STAGES - 1);
+    cp_async_commit();
+    const T* a_s = sA + (i % STAGES) * G::kATile;
+    const T* b_s = sB + (i % STAGES) * G::kBTile;
+#pragma unroll
+    for (int kk = 0; kk < BK; kk += 16) {
+      uint32_t af[G::kMT][4], bf[G::kNT][2];
+#pragma unroll
+      for (int mt = 0; mt < G::kMT; ++mt)
+        ldsm_x4(af[mt], a_s + (wm * G::kWarpM + mt * 16 + (lane & 15)) * G::kAStride + kk + (lane >> 4) * 8);
+#pragma unroll
+      for (int nt = 0; nt < G::kNT; nt += 2) {
+        uint32_t r[4];
+        ldsm_x4_trans(r, b_s + (kk + (lane & 15)) * G::kBStride + wn * G::kWarpN + nt * 8 + (lane >> 4) * 8);
+        bf[nt][0] = r[0];
+        bf[nt][1] = r[1];
+        bf[nt + 1][0] = r[2];
+        bf[nt + 1][1] = r[3];
+      }
+#pragma unroll
+      for (int mt = 0; mt < G::kMT; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < G::kNT; ++nt) mma16816<T>(acc[mt][nt], af[mt], bf[nt]);
+    }
+  }
+  cp_async_wait<0>();
+  __syncthreads();  // the pipeline's shared memory now holds the partial tile instead
+
+  float* red = reinterpret_cast<float*>(smem);
+#pragma unroll
+  for (int mt = 0; mt < G::kMT; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < G::kNT; ++nt) {
+      const int r = wm * G::kWarpM + mt * 16 + (lane >> 2), c = wn * G::kWarpN + nt * 8 + (lane & 3) * 2;
+      *reinterpret_cast<float2*>(red + r * G::kRStride + c) = make_float2(acc[mt][nt][0], acc[mt][nt][1]);
+      *reinterpret_cast<float2*>(red + (r + 8) * G::kRStride + c) = make_float2(acc[mt][nt][2], acc[mt][nt][3]);
+    }
+  cluster.sync();  // every block's partial tile is written and visible to the cluster
+
+  // Block `rank` sums every splits-th group of 4 columns over the cluster, in rank order, and writes it.
+  for (int g = rank * G::kThreads + tid; g < BM * BN / 4; g += splits * G::kThreads) {
+    const int r = g / (BN / 4), c = (g % (BN / 4)) * 4;
+    float* mine = red + r * G::kRStride + c;
+    float4 sum = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll 4
+    for (int s = 0; s < splits; ++s) {
+      const float4 v = *reinterpret_cast<const float4*>(cluster.map_shared_rank(mine, s));
+      sum.x += v.x;
+      sum.y += v.y;
+      sum.z += v.z;
+      sum.w += v.w;
+    }
+    if (m0 + r < M && n0 + c < N) store4<T>(C + size_t(m0 + r) * N + n0 + c, sum);  // N % 8 == 0
+  }
+  cluster.sync();  // no block leaves while another may still read its shared memory
+}
+
+template <typename T>
+struct Config {
+  static constexpr auto kernel = cluster_splitk<T, KR_BM, KR_BN, KR_BK, KR_STAGES, KR_WM, KR_WN>;
+  using G = Geometry<KR_BM, KR_BN, KR_BK, KR_STAGES, KR_WM, KR_WN>;
+
+  static cudaError_t prepare() {  // per device: shared memory above 48 KiB, clusters above 8
+    int dev = 0;
+    cudaGetDevice(&dev);
+    static unsigned long long ready = 0;  // one bit per device
+    if (dev < 64 && (ready >> dev) & 1) return cudaSuccess;
+    cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           static_cast<int>(G::kSmemBytes));
+    if (err == cudaSuccess) err = cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+    if (err == cudaSuccess && dev < 64) ready |= 1ull << dev;
+    return err;
+  }
+
+  static void launch_config(cudaLaunchConfig_t& cfg, cudaLaunchAttribute* attr, int m, int n, int splits,
+                            cudaStream_t stream) {
+    const int tiles = ((m + KR_BM - 1) / KR_BM) * ((n + KR_BN - 1) / KR_BN);
+    cfg = cudaLaunchConfig_t{};
+    cfg.gridDim = dim3(splits, tiles, 1);
+    cfg.blockDim = dim3(G::kThreads, 1, 1);
+    cfg.dynamicSmemBytes = G::kSmemBytes;
+    cfg.stream = stream;
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = splits;
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+  }
+
+  // 0 when the problem can run: 1 shape or alignment, 2 split count, 3 too many tiles, 4 a cluster of this
+  // size with this much shared memory cannot be placed on the GPU, 100 + cudaError otherwise.
+  static int can_implement(int m, int n, int k, int splits) {
+    if (m <= 0 || n <= 0 || k <= 0 || k % 8 || n % 8) return 1;
+    if (splits < 1 || splits > 16) return 2;
+    if (static_cast<long long>((m + KR_BM - 1) / KR_BM) * ((n + KR_BN - 1) / KR_BN) > 65535) return 3;
+    cudaError_t err = prepare();
+    if (err != cudaSuccess) return 100 + static_cast<int>(err);
+    cudaLaunchConfig_t cfg;
+    cudaLaunchAttribute attr[1];
+    launch_config(cfg, attr, m, n, splits, nullptr);
+    int clusters = 0;
+    err = cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg);
+    if (err != cudaSuccess) {
+      cudaGetLastError();
+      return 100 + static_cast<int>(err);
+    }
+    return clusters > 0 ? 0 : 4;
+  }
+
+  static int run(const void* a, const void* b, void* c, int m, int n, int k, int splits, cudaStream_t stream) {
+    cudaError_t err = prepare();
+    if (err != cudaSuccess) return 100 + static_cast<int>(err);
+    cudaLaunchConfig_t cfg;
+    cudaLaunchAttribute attr[1];
+    launch_config(cfg, attr, m, n, splits, stream);
+    err = cudaLaunchKernelEx(&cfg, kernel, static_cast<const T*>(a), static_cast<const T*>(b), static_cast<T*>(c),
+                             m, n, k, (n + KR_BN - 1) / KR_BN);
+    return err == cudaSuccess ? 0 : 100 + static_cast<int>(err);
+  }
+};
+
+}  // namespace
+
+#define KR_CAT2(a, b) a##b
+#define KR_CAT(a, b) KR_CAT2(a, b)
+#define KR_FN(suffix) KR_CAT(KR_NAME, suffix)
+
+extern "C" {
+
+int KR_FN(_can_implement)(int m, int n, int k, int splits, int bf16) {
+  return bf16 ? Config<__nv_bfloat16>::can_implement(m, n, k, splits) : Config<__half>::can_implement(m, n, k, splits);
+}
+
+// Launches on `stream`; 0 on success, else 100 + the cudaError of the launch.
+int KR_FN(_run)(const void* a, const void* b, void* c, int m, int n, int k, int splits, int bf16,
+                cudaStream_t stream) {
+  return bf16 ? Config<__nv_bfloat16>::run(a, b, c, m, n, k, splits, stream)
+              : Config<__half>::run(a, b, c, m, n, k, splits, stream);
+}
+
+}  // extern "C"
