@@ -7,6 +7,10 @@ tiled:  the plain Triton tiled kernel (kernels/triton_tiled.py) in several tile 
         a torch.matmul control and the committed dispatch.
 noise:  where the spread of two identical programs comes from: torch.matmul captured four times over one
         input set, one of those graphs entered twice, and a capture over a second input set.
+clusterk: variants of the cluster split-K kernel (kernels/cluster_splitk.cu: pipeline depth, K step, warps,
+        pushed or pulled reduction, L2 fetch hint), built here under their own symbols, at every cluster size
+        including 1 (no split: the main loop alone) on a few deep-K shapes, timed interleaved with
+        torch.matmul and two single-block Triton tiled kernels.
 
     python3 benchmarks/gemm_probe.py [--parts floor,tiled,noise] [--deadline S]
     python3 benchmarks/gemm_probe.py --summarise benchmarks/results/gemm_runs/probe_floor_tiled_noise.json
@@ -196,6 +200,78 @@ def part_noise(res: dict, deadline: float) -> None:
         del gs, g2, inp, inp2
 
 
+CLUSTERK_VARIANTS = {  # label: (bm, bn, bk, stages, warps along M, warps along N, push, L2 hint)
+    "64x64x128_s3_2x2_pull_nohint": (64, 64, 128, 3, 2, 2, 0, 0),  # as first measured in the search
+    "64x64x128_s3_2x2_nohint": (64, 64, 128, 3, 2, 2, 1, 0),
+    "64x64x128_s3_2x2": (64, 64, 128, 3, 2, 2, 1, 1),
+    "64x64x128_s4_2x2": (64, 64, 128, 4, 2, 2, 1, 1),
+    "64x64x64_s6_2x2": (64, 64, 64, 6, 2, 2, 1, 1),
+    "64x64x64_s4_2x4": (64, 64, 64, 4, 2, 4, 1, 1),
+    "64x64x32_s8_2x2": (64, 64, 32, 8, 2, 2, 1, 1),
+    "128x128x64_s3_2x4_pull_nohint": (128, 128, 64, 3, 2, 4, 0, 0),
+    "128x128x64_s3_2x4": (128, 128, 64, 3, 2, 4, 1, 1),
+    "128x128x64_s4_2x4": (128, 128, 64, 4, 2, 4, 1, 1),
+}
+CLUSTERK_SHAPES = [(64, 64, 2048), (64, 64, 4096), (64, 64, 16384), (128, 128, 8192), (512, 512, 4096)]
+
+
+def part_clusterk(res: dict, deadline: float) -> None:
+    import ctypes
+
+    import torch
+
+    from kernelrl.gemm import build as b
+    from kernelrl.gemm import check as chk
+    from kernelrl.gemm import clusterk
+    from kernelrl.gemm import timing as tm
+
+    objects = {}
+    for label, (bm, bn, bk, st, wm, wn, push, hint) in CLUSTERK_VARIANTS.items():
+        sym = "probe_" + label
+        objects[sym] = ["nvcc", *b.SM90_FLAGS, f"-DKR_NAME={sym}", f"-DKR_BM={bm}", f"-DKR_BN={bn}",
+                        f"-DKR_BK={bk}", f"-DKR_STAGES={st}", f"-DKR_WM={wm}", f"-DKR_WN={wn}",
+                        f"-DKR_PUSH={push}", f"-DKR_L2_HINT={hint}", "-c", str(b.CK_SOURCE)]
+    lib = ctypes.CDLL(str(b._compile_and_link(objects, b.CK_SOURCE, "libprobe_clusterk.so",
+                                              Path("/tmp/probe_clusterk"), 16, log)))
+    out = res.setdefault("clusterk", [])
+    rng = random.Random(11)
+    for m, n, k in CLUSTERK_SHAPES:
+        if time.perf_counter() - T0 > deadline:
+            log("clusterk: deadline")
+            break
+        a, b_, = chk.random_inputs(m, n, k)
+        ref = chk.reference(a, b_)
+        fns = {"torch": (torch.matmul, False)}
+        entry = {"m": m, "n": n, "k": k, "failed": {}}
+        for cfg in [(64, 64, 128, 4, 4), (64, 64, 64, 3, 4)]:
+            fns["tiled:{}x{}x{}_s{}_w{}".format(*cfg)] = (tiled_launcher((*cfg[:3], cfg[4], cfg[3]), m, n, k), True)
+        for label, (bm, bn, bk, *_rest) in CLUSTERK_VARIANTS.items():
+            if bm > m or bn > n:
+                continue
+            for s in (1, 2, 4, 8, 16):
+                if k < s * bk:
+                    continue
+                name = f"{label}/c{s}"
+                try:
+                    fn = clusterk.launcher(lib, "probe_" + label, name, s, m, n, k)
+                    c = chk.check(fn, a, b_, ref)
+                except (ValueError, RuntimeError) as e:
+                    entry["failed"][name] = str(e)[:200]
+                    continue
+                if c.ok:
+                    fns[name] = (fn, True)
+                else:
+                    entry["failed"][name] = c.reason
+        del ref, a, b_
+        inp = tm.Inputs(m, n, k)
+        t = tm.time_graphs(fns, inp, 100, 15, rng)
+        entry["us"] = t
+        out.append(entry)
+        best = sorted((v, lab) for lab, v in t.items() if "/c" in lab)[:4]
+        log(f"clusterk {m}x{n}x{k}: torch {t['torch']:.2f} tiled {min(v for l_, v in t.items() if l_.startswith('tiled')):.2f} "
+            f"best {', '.join(f'{lab} {v:.2f}' for v, lab in best)}; failed {len(entry['failed'])}")
+
+
 def summarise(res: dict) -> list[str]:
     """The figures the findings quote from a probe's JSON: the tiled kernel's reach and the timing spread."""
     from kernelrl.gemm.shapes import Shape
@@ -227,6 +303,18 @@ def summarise(res: dict) -> list[str]:
     if moved:
         worst = max(moved, key=lambda t: abs(math.log(t[0])))
         lines.append(f"noise, second input set: largest change {worst[0]:.3f}x on {'x'.join(map(str, worst[1]))}")
+    for e in res.get("clusterk", []):
+        t = e["us"]
+        per_label: dict[str, tuple[float, str]] = {}
+        for lab, v in t.items():
+            if "/c" in lab:
+                variant, split = lab.split("/")
+                per_label[variant] = min(per_label.get(variant, (math.inf, "")), (v, split))
+        tiled = min(v for lab, v in t.items() if lab.startswith("tiled"))
+        no_split = {lab.split("/")[0]: v for lab, v in t.items() if lab.endswith("/c1")}
+        lines.append(f"clusterk {e['m']}x{e['n']}x{e['k']}: torch {t['torch']:.2f} us, best tiled {tiled:.2f}; "
+                     + "; ".join(f"{lab} {v:.2f} ({sp}; c1 {no_split.get(lab, math.nan):.2f})"
+                                 for lab, (v, sp) in per_label.items()))
     return lines
 
 
@@ -255,6 +343,8 @@ def main() -> None:
             part_tiled(res, args.tiled_max_us, args.deadline * args.tiled_share)
         if "noise" in parts:
             part_noise(res, args.deadline)
+        if "clusterk" in parts:
+            part_clusterk(res, args.deadline)
     finally:
         (OUT / "gemm_probe.json").write_text(json.dumps(res))
         log("wrote gemm_probe.json")

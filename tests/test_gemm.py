@@ -138,8 +138,8 @@ def test_cluster_split_k_names_round_trip_and_a_bad_one_says_what_is_wrong():
     for bad in ("clusterk:64x64_s4_w4/c2", "clusterk:64x64x64_s4_w4", "clusterk:64x64x64_s4_w4/k2"):
         with pytest.raises(ValueError, match="clusterk:<BM>x<BN>x<BK>_s<stages>_w<warps>/c<splits>"):
             ClusterKConfig.parse(bad)
-    for bad in ("clusterk:64x64x64_s4_w4/c1", "clusterk:64x64x64_s4_w4/c32"):
-        with pytest.raises(ValueError, match="must be 2 to 16"):
+    for bad in ("clusterk:64x64x64_s4_w4/c1", "clusterk:64x64x64_s4_w4/c32", "clusterk:64x64x64_s4_w4/c6"):
+        with pytest.raises(ValueError, match="a power of two from 2 to 16"):
             ClusterKConfig.parse(bad)
     with pytest.raises(KeyError, match="unknown cluster split-K configuration"):
         ClusterKConfig.parse("clusterk:32x32x64_s4_w4/c2")  # not compiled
@@ -183,6 +183,7 @@ def test_cluster_split_k_library_builds_for_sm90a_and_refuses_what_it_cannot_run
     assert can(64, 68, 1024, 4, 0) == 1  # N % 8
     assert can(64, 64, 1020, 4, 1) == 1  # K % 8
     assert can(64, 64, 1024, 32, 0) == 2  # more splits than a cluster holds
+    assert can(64, 64, 1024, 6, 0) == 2  # not a power of two: the rows of a tile would not divide evenly
     assert can(1 << 20, 1 << 20, 1024, 2, 0) == 3  # more tiles than a grid dimension holds
     assert not b.clusterk_is_current(tmp_path, configs=CLUSTERK_TILES[:2])  # a configuration not built yet
 

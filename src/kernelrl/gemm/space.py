@@ -160,9 +160,9 @@ class ClusterKConfig:
 
     @property
     def smem_bytes(self) -> int:
-        """Shared memory of one block: the padded pipeline, or the fp32 partial tile if larger, bytes."""
-        pipe = 2 * self.stages * (self.bm * (self.bk + 8) + self.bk * (self.bn + 8))
-        return max(pipe, 4 * self.bm * (self.bn + 4))
+        """Shared memory of one block: the padded pipeline plus the fp32 tile the partial sums are sent to,
+        bytes."""
+        return 2 * self.stages * (self.bm * (self.bk + 8) + self.bk * (self.bn + 8)) + 4 * self.bm * (self.bn + 4)
 
     def with_splits(self, splits: int) -> "ClusterKConfig":
         return ClusterKConfig(self.bm, self.bn, self.bk, self.stages, self.warps, splits)
@@ -178,9 +178,9 @@ class ClusterKConfig:
         except (ValueError, IndexError) as e:
             raise ValueError(f"malformed cluster split-K kernel name {name!r}: expected "
                              "clusterk:<BM>x<BN>x<BK>_s<stages>_w<warps>/c<splits>") from e
-        if not 2 <= cfg.splits <= CLUSTERK_MAX_SPLITS:
-            raise ValueError(f"cluster split-K kernel {name!r}: the cluster size (splits) must be 2 to "
-                             f"{CLUSTERK_MAX_SPLITS}")
+        if not 2 <= cfg.splits <= CLUSTERK_MAX_SPLITS or cfg.splits & (cfg.splits - 1):
+            raise ValueError(f"cluster split-K kernel {name!r}: the cluster size (splits) must be a power of two "
+                             f"from 2 to {CLUSTERK_MAX_SPLITS}")
         if cfg.with_splits(2) not in CLUSTERK_TILES:
             raise KeyError(f"unknown cluster split-K configuration in {name!r}: one of "
                            f"{[t.name.split(':')[1].split('/')[0] for t in CLUSTERK_TILES]}")

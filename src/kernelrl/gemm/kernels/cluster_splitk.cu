@@ -11,12 +11,23 @@
 //
 // Built once per configuration (-D KR_NAME, KR_BM, KR_BN, KR_BK, KR_STAGES, KR_WM, KR_WN), both input types
 // in one object; a C ABI so Python calls it through ctypes. Needs K and N to be multiples of 8 (16-byte rows).
+// Two variants the probe compares (benchmarks/gemm_probe.py, part clusterk): KR_PUSH=1 (default) has every
+// block store its partial rows straight into the shared memory of the block that owns them (one barrier,
+// remote stores only); KR_PUSH=0 has each owner load its rows from every block after a barrier (remote
+// loads, a second barrier). KR_L2_HINT=1 (default) asks L2 to fetch 128-byte lines for the 16-byte copies.
 #include <cooperative_groups.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
+
+#ifndef KR_PUSH
+#define KR_PUSH 1
+#endif
+#ifndef KR_L2_HINT
+#define KR_L2_HINT 1
+#endif
 
 namespace cg = cooperative_groups;
 
@@ -49,8 +60,13 @@ __device__ __forceinline__ uint32_t smem_addr(const void* p) {
 
 // 16 bytes global -> shared, bypassing L1; zero-filled (nothing read) when `pred` is false.
 __device__ __forceinline__ void cp_async16(void* dst, const void* src, bool pred) {
+#if KR_L2_HINT
+  asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
+               "r"(pred ? 16 : 0));
+#else
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
                "r"(pred ? 16 : 0));
+#endif
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N>
@@ -94,7 +110,9 @@ struct Geometry {
   static constexpr int kRStride = BN + 4;  // fp32 partial tile rows, 16-byte aligned
   static constexpr size_t kPipeBytes = size_t(STAGES) * (kATile + kBTile) * 2;
   static constexpr size_t kReduceBytes = size_t(BM) * kRStride * 4;
-  static constexpr size_t kSmemBytes = kPipeBytes > kReduceBytes ? kPipeBytes : kReduceBytes;
+  // Pushed partials may arrive while this block still reads its pipeline: they get their own region.
+  static constexpr size_t kSmemBytes = KR_PUSH ? kPipeBytes + kReduceBytes
+                                               : (kPipeBytes > kReduceBytes ? kPipeBytes : kReduceBytes);
   static constexpr int kWarpM = BM / WM, kWarpN = BN / WN;  // one warp's share of the tile
   static constexpr int kMT = kWarpM / 16, kNT = kWarpN / 8;  // mma tiles per warp
   static_assert(kWarpM % 16 == 0 && kWarpN % 16 == 0, "a warp's share must be whole 16x16 mma pairs");
@@ -121,6 +139,10 @@ __global__ void __launch_bounds__(WM* WN * 32)
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int wm = warp / WN, wn = warp % WN;
+#if KR_PUSH
+  // Shared memory of another block may be written only once that block runs: arrive now, wait before pushing.
+  asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");
+#endif
   float acc[G::kMT][G::kNT][4];
 #pragma unroll
   for (int i = 0; i < G::kMT; ++i)
@@ -180,6 +202,42 @@ __global__ void __launch_bounds__(WM* WN * 32)
         for (int nt = 0; nt < G::kNT; ++nt) mma16816<T>(acc[mt][nt], af[mt], bf[nt]);
     }
   }
+#if KR_PUSH
+  // Rows [o * BM / splits, (o + 1) * BM / splits) of the tile belong to block o. Every block stores its partial
+  // of those rows into block o's receive region, slot `rank`: splits slots of BM / splits rows = one tile.
+  float* recv = reinterpret_cast<float*>(smem + G::kPipeBytes);
+  const int rows_per = BM / splits;  // splits <= 16 <= BM, both powers of two
+  asm volatile("barrier.cluster.wait.aligned;\n" ::: "memory");  // every block of the cluster has started
+#pragma unroll
+  for (int mt = 0; mt < G::kMT; ++mt)
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int r = wm * G::kWarpM + mt * 16 + (lane >> 2) + half * 8;
+      const int owner = r / rows_per;
+      float* slot = cluster.map_shared_rank(recv, owner) + (rank * rows_per + r % rows_per) * G::kRStride;
+#pragma unroll
+      for (int nt = 0; nt < G::kNT; ++nt) {
+        const int c = wn * G::kWarpN + nt * 8 + (lane & 3) * 2;
+        *reinterpret_cast<float2*>(slot + c) = make_float2(acc[mt][nt][2 * half], acc[mt][nt][2 * half + 1]);
+      }
+    }
+  cluster.sync();  // every partial has landed in its owner's shared memory; nothing remote is touched after
+
+  // Block `rank` sums its rows over the slots, in slot order, and writes them.
+  for (int g = tid; g < rows_per * BN / 4; g += G::kThreads) {
+    const int rr = g / (BN / 4), c = (g % (BN / 4)) * 4;
+    float4 sum = make_float4(0.f, 0.f, 0.f, 0.f);
+    for (int s = 0; s < splits; ++s) {
+      const float4 v = *reinterpret_cast<const float4*>(recv + (s * rows_per + rr) * G::kRStride + c);
+      sum.x += v.x;
+      sum.y += v.y;
+      sum.z += v.z;
+      sum.w += v.w;
+    }
+    const int r = rank * rows_per + rr;
+    if (m0 + r < M && n0 + c < N) store4<T>(C + size_t(m0 + r) * N + n0 + c, sum);  // N % 8 == 0
+  }
+#else
   cp_async_wait<0>();
   __syncthreads();  // the pipeline's shared memory now holds the partial tile instead
 
@@ -210,6 +268,7 @@ __global__ void __launch_bounds__(WM* WN * 32)
     if (m0 + r < M && n0 + c < N) store4<T>(C + size_t(m0 + r) * N + n0 + c, sum);  // N % 8 == 0
   }
   cluster.sync();  // no block leaves while another may still read its shared memory
+#endif
 }
 
 template <typename T>
@@ -249,7 +308,7 @@ struct Config {
   // size with this much shared memory cannot be placed on the GPU, 100 + cudaError otherwise.
   static int can_implement(int m, int n, int k, int splits) {
     if (m <= 0 || n <= 0 || k <= 0 || k % 8 || n % 8) return 1;
-    if (splits < 1 || splits > 16) return 2;
+    if (splits < 1 || splits > 16 || (splits & (splits - 1))) return 2;  // a power of two up to 16
     if (static_cast<long long>((m + KR_BM - 1) / KR_BM) * ((n + KR_BN - 1) / KR_BN) > 65535) return 3;
     cudaError_t err = prepare();
     if (err != cudaSuccess) return 100 + static_cast<int>(err);
