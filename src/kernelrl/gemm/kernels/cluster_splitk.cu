@@ -117,7 +117,27 @@ struct Geometry {
   static constexpr int kMT = kWarpM / 16, kNT = kWarpN / 8;  // mma tiles per warp
   static_assert(kWarpM % 16 == 0 && kWarpN % 16 == 0, "a warp's share must be whole 16x16 mma pairs");
   static_assert(BK % 16 == 0 && BN % 8 == 0, "tile sizes");
+  static constexpr int kALoads = BM * BK / 8 / kThreads, kBLoads = BK * BN / 8 / kThreads;  // per thread
+  static_assert(kALoads * kThreads * 8 == BM * BK && kBLoads * kThreads * 8 == BK * BN, "whole 16-byte copies");
 };
+
+// The mma fragments of one 16-deep K step of a warp's share: A by ldmatrix, B by ldmatrix.trans.
+template <class G, typename T>
+__device__ __forceinline__ void load_fragments(uint32_t (&af)[G::kMT][4], uint32_t (&bf)[G::kNT][2], const T* a_s,
+                                               const T* b_s, int kk, int wm, int wn, int lane) {
+#pragma unroll
+  for (int mt = 0; mt < G::kMT; ++mt)
+    ldsm_x4(af[mt], a_s + (wm * G::kWarpM + mt * 16 + (lane & 15)) * G::kAStride + kk + (lane >> 4) * 8);
+#pragma unroll
+  for (int nt = 0; nt < G::kNT; nt += 2) {
+    uint32_t r[4];
+    ldsm_x4_trans(r, b_s + (kk + (lane & 15)) * G::kBStride + wn * G::kWarpN + nt * 8 + (lane >> 4) * 8);
+    bf[nt][0] = r[0];
+    bf[nt][1] = r[1];
+    bf[nt + 1][0] = r[2];
+    bf[nt + 1][1] = r[3];
+  }
+}
 
 template <typename T, int BM, int BN, int BK, int STAGES, int WM, int WN>
 __global__ void __launch_bounds__(WM* WN * 32)
@@ -156,14 +176,14 @@ __global__ void __launch_bounds__(WM* WN * 32)
     T* a_s = sA + stage * G::kATile;
     T* b_s = sB + stage * G::kBTile;
 #pragma unroll
-    for (int c = tid; c < BM * BK / 8; c += G::kThreads) {
-      const int r = c / (BK / 8), col = (c % (BK / 8)) * 8;
+    for (int j = 0; j < G::kALoads; ++j) {
+      const int c = tid + j * G::kThreads, r = c / (BK / 8), col = (c % (BK / 8)) * 8;
       const bool ok = m0 + r < M && kb + col < K;  // K % 8 == 0: a 16-byte chunk is all in or all out
       cp_async16(a_s + r * G::kAStride + col, ok ? A + size_t(m0 + r) * K + kb + col : A, ok);
     }
 #pragma unroll
-    for (int c = tid; c < BK * BN / 8; c += G::kThreads) {
-      const int r = c / (BN / 8), col = (c % (BN / 8)) * 8;
+    for (int j = 0; j < G::kBLoads; ++j) {
+      const int c = tid + j * G::kThreads, r = c / (BN / 8), col = (c % (BN / 8)) * 8;
       const bool ok = kb + r < K && n0 + col < N;
       cp_async16(b_s + r * G::kBStride + col, ok ? B + size_t(kb + r) * N + n0 + col : B, ok);
     }
@@ -181,25 +201,16 @@ __global__ void __launch_bounds__(WM* WN * 32)
     cp_async_commit();
     const T* a_s = sA + (i % STAGES) * G::kATile;
     const T* b_s = sB + (i % STAGES) * G::kBTile;
+    // Fragments double-buffered in registers: the next K step's ldmatrix overlaps this step's mma.
+    uint32_t af[2][G::kMT][4], bf[2][G::kNT][2];
+    load_fragments<G>(af[0], bf[0], a_s, b_s, 0, wm, wn, lane);
 #pragma unroll
-    for (int kk = 0; kk < BK; kk += 16) {
-      uint32_t af[G::kMT][4], bf[G::kNT][2];
-#pragma unroll
-      for (int mt = 0; mt < G::kMT; ++mt)
-        ldsm_x4(af[mt], a_s + (wm * G::kWarpM + mt * 16 + (lane & 15)) * G::kAStride + kk + (lane >> 4) * 8);
-#pragma unroll
-      for (int nt = 0; nt < G::kNT; nt += 2) {
-        uint32_t r[4];
-        ldsm_x4_trans(r, b_s + (kk + (lane & 15)) * G::kBStride + wn * G::kWarpN + nt * 8 + (lane >> 4) * 8);
-        bf[nt][0] = r[0];
-        bf[nt][1] = r[1];
-        bf[nt + 1][0] = r[2];
-        bf[nt + 1][1] = r[3];
-      }
+    for (int ks = 0; ks < BK / 16; ++ks) {
+      if (ks + 1 < BK / 16) load_fragments<G>(af[(ks + 1) & 1], bf[(ks + 1) & 1], a_s, b_s, (ks + 1) * 16, wm, wn, lane);
 #pragma unroll
       for (int mt = 0; mt < G::kMT; ++mt)
 #pragma unroll
-        for (int nt = 0; nt < G::kNT; ++nt) mma16816<T>(acc[mt][nt], af[mt], bf[nt]);
+        for (int nt = 0; nt < G::kNT; ++nt) mma16816<T>(acc[mt][nt], af[ks & 1][mt], bf[ks & 1][nt]);
     }
   }
 #if KR_PUSH
