@@ -1,5 +1,5 @@
-"""Checks shared by the GEMM GPU tests: a result within twice torch.matmul's error, a captured graph that
-stays correct on fresh inputs, and a launcher run on two streams at once."""
+"""Checks shared by the GEMM GPU tests: a result within twice torch.matmul's error, a launcher captured in a
+CUDA graph that stays correct on fresh inputs, and a launcher run on two streams at once."""
 import torch
 
 from kernelrl.gemm import check as chk
@@ -9,6 +9,19 @@ def close(c, a, b) -> bool:
     """c is a @ b within twice torch.matmul's error against the float64 product."""
     ref = chk.reference(a, b)
     return chk.rel_err(c, ref) <= 2 * chk.rel_err(torch.matmul(a, b), ref)
+
+
+def captured(fn, m: int, n: int, k: int, calls: int = 1):
+    """(graph, a, b, c): fn(a, b, c) on fresh inputs, called once eagerly on the current stream, then `calls`
+    times in a CUDA graph captured on torch's capture stream (a stream the launcher has not seen)."""
+    a, b = chk.random_inputs(m, n, k)
+    c = torch.empty(m, n, device="cuda", dtype=torch.float16)
+    fn(a, b, c)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for _ in range(calls):
+            fn(a, b, c)
+    return g, a, b, c
 
 
 def replays_correctly(g, a, b, c, times: int = 3) -> None:

@@ -9,7 +9,7 @@ pytestmark = pytest.mark.gpu
 from kernelrl.gemm import check as chk  # noqa: E402
 from kernelrl.gemm.registry import make_launcher  # noqa: E402
 from kernelrl.gemm.space import CLUSTERK_TILES  # noqa: E402
-from gemm_gpu_checks import on_two_streams, replays_correctly  # noqa: E402
+from gemm_gpu_checks import captured, on_two_streams, replays_correctly  # noqa: E402
 
 hopper = pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0),
                             reason="tuned and tested on sm_90")
@@ -47,14 +47,7 @@ def test_results_are_the_same_bits_on_every_run():
 @hopper
 def test_cluster_split_k_replays_in_a_cuda_graph_with_new_inputs():
     m, n, k = 192, 256, 3072
-    fn = make_launcher("clusterk:64x128x64_s4_w4/c8", m, n, k)
-    a, b = chk.random_inputs(m, n, k)
-    c = torch.empty(m, n, device="cuda", dtype=torch.float16)
-    fn(a, b, c)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        fn(a, b, c)
-    replays_correctly(g, a, b, c)
+    replays_correctly(*captured(make_launcher("clusterk:64x128x64_s4_w4/c8", m, n, k), m, n, k))
 
 
 @hopper

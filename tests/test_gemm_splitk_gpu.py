@@ -9,7 +9,7 @@ pytestmark = pytest.mark.gpu
 from kernelrl.gemm import check as chk  # noqa: E402
 from kernelrl.gemm.registry import make_launcher  # noqa: E402
 from kernelrl.gemm.space import SPLITK_TILES  # noqa: E402
-from gemm_gpu_checks import on_two_streams, replays_correctly  # noqa: E402
+from gemm_gpu_checks import captured, on_two_streams, replays_correctly  # noqa: E402
 
 hopper = pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0),
                             reason="tuned and tested on sm_90")
@@ -46,14 +46,8 @@ def test_every_split_k_tile_and_split_is_correct_on_a_ragged_shape_and_leaves_th
 def test_split_k_replays_in_a_cuda_graph_captured_on_a_stream_it_has_not_seen():
     m, n, k = 128, 128, 8192
     fn = make_launcher("splitk:64x64x64_s4_w4/k32", m, n, k)
-    a, b = chk.random_inputs(m, n, k)
-    c = torch.empty(m, n, device="cuda", dtype=torch.float16)
-    fn(a, b, c)  # compiled and run eagerly on the current stream
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):  # torch's capture stream: the launcher takes a pre-zeroed spare workspace
-        for _ in range(4):
-            fn(a, b, c)
-    replays_correctly(g, a, b, c)
+    # compiled and run eagerly first; the capture stream then takes a pre-zeroed spare workspace
+    replays_correctly(*captured(fn, m, n, k, calls=4))
     assert _scratch_is_zero()
 
 

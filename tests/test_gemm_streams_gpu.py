@@ -10,7 +10,7 @@ pytestmark = pytest.mark.gpu
 from kernelrl.gemm import check as chk  # noqa: E402
 from kernelrl.gemm.registry import make_launcher  # noqa: E402
 from kernelrl.gemm.space import CUTLASS_CONFIGS, TILED_CONFIGS, CutlassVariant  # noqa: E402
-from gemm_gpu_checks import on_two_streams, replays_correctly  # noqa: E402
+from gemm_gpu_checks import captured, on_two_streams, replays_correctly  # noqa: E402
 
 hopper = pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0),
                             reason="tuned and tested on sm_90")
@@ -31,14 +31,7 @@ def test_every_tiled_configuration_is_correct(dtype, shape):
 @hopper
 def test_tiled_kernel_replays_in_a_cuda_graph_with_new_inputs():
     m, n, k = 128, 256, 384
-    fn = make_launcher("tiled:32x64x128_s4_w2", m, n, k)
-    a, b = chk.random_inputs(m, n, k)
-    c = torch.empty(m, n, device="cuda", dtype=torch.float16)
-    fn(a, b, c)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        fn(a, b, c)
-    replays_correctly(g, a, b, c)
+    replays_correctly(*captured(make_launcher("tiled:32x64x128_s4_w2", m, n, k), m, n, k))
 
 
 def _workspace_users(m, n, k):

@@ -57,6 +57,14 @@ def _tile_fields(text: str) -> tuple[int, int, int, int, int]:
     return bm, bn, bk, int(stages[1:]), int(warps[1:])
 
 
+def _tile_split_fields(name: str, letter: str) -> tuple[int, int, int, int, int, int]:
+    """(bm, bn, bk, stages, warps, splits) from `<family>:<tile>/<letter><splits>`; ValueError otherwise."""
+    tile, splits = name.split(":", 1)[1].split("/")
+    if splits[0] != letter:
+        raise ValueError(name)
+    return (*_tile_fields(tile), int(splits[1:]))
+
+
 @dataclass(frozen=True)
 class TiledConfig:
     """One configuration of the Triton tiled kernel (one program per output tile, no TMA, no workspace)."""
@@ -111,10 +119,7 @@ class SplitKConfig:
     def parse(cls, name: str) -> "SplitKConfig":
         """Inverse of `name`."""
         try:
-            tile, splits = name.split(":", 1)[1].split("/")
-            if splits[0] != "k":
-                raise ValueError(name)
-            cfg = cls(*_tile_fields(tile), int(splits[1:]))
+            cfg = cls(*_tile_split_fields(name, "k"))
         except (ValueError, IndexError) as e:
             raise ValueError(f"malformed split-K kernel name {name!r}: expected "
                              "splitk:<BM>x<BN>x<BK>_s<stages>_w<warps>/k<splits>") from e
@@ -171,10 +176,7 @@ class ClusterKConfig:
     def parse(cls, name: str) -> "ClusterKConfig":
         """Inverse of `name`; the tile must be one of CLUSTERK_TILES."""
         try:
-            tile, splits = name.split(":", 1)[1].split("/")
-            if splits[0] != "c":
-                raise ValueError(name)
-            cfg = cls(*_tile_fields(tile), int(splits[1:]))
+            cfg = cls(*_tile_split_fields(name, "c"))
         except (ValueError, IndexError) as e:
             raise ValueError(f"malformed cluster split-K kernel name {name!r}: expected "
                              "clusterk:<BM>x<BN>x<BK>_s<stages>_w<warps>/c<splits>") from e
