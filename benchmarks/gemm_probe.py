@@ -239,7 +239,7 @@ def part_clusterk(res: dict, deadline: float) -> None:
         if time.perf_counter() - T0 > deadline:
             log("clusterk: deadline")
             break
-        a, b_, = chk.random_inputs(m, n, k)
+        a, b_ = chk.random_inputs(m, n, k)
         ref = chk.reference(a, b_)
         fns = {"torch": (torch.matmul, False)}
         entry = {"m": m, "n": n, "k": k, "failed": {}}

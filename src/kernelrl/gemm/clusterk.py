@@ -26,11 +26,6 @@ def _fns(lib: ctypes.CDLL, symbol: str):
     return run, can
 
 
-def can_implement(cfg: ClusterKConfig, m: int, n: int, k: int, dtype=torch.float16) -> int:
-    """0 when the configuration runs an m x n x k problem on the current GPU, else the kernel's reason code."""
-    return int(_fns(clusterk_lib(), cfg.symbol)[1](m, n, k, cfg.splits, int(dtype == torch.bfloat16)))
-
-
 def make_launcher(cfg: ClusterKConfig, m: int, n: int, k: int, dtype=torch.float16,
                   device_index: int | None = None):
     """A function (a, b, c) -> None running the configuration on an m x n x k problem into c (row-major,

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 from kernelrl.gemm.shapes import Shape
 
@@ -66,8 +66,8 @@ def _tile_split_fields(name: str, letter: str) -> tuple[int, int, int, int, int,
 
 
 @dataclass(frozen=True)
-class TiledConfig:
-    """One configuration of the Triton tiled kernel (one program per output tile, no TMA, no workspace)."""
+class _Tile:
+    """The compile-time tile of the tiled, split-K and cluster split-K kernels."""
 
     bm: int
     bn: int
@@ -76,8 +76,18 @@ class TiledConfig:
     warps: int
 
     @property
+    def tile(self) -> str:
+        """`<BM>x<BN>x<BK>_s<stages>_w<warps>`, the tile part of a kernel name."""
+        return f"{self.bm}x{self.bn}x{self.bk}_s{self.stages}_w{self.warps}"
+
+
+@dataclass(frozen=True)
+class TiledConfig(_Tile):
+    """One configuration of the Triton tiled kernel (one program per output tile, no TMA, no workspace)."""
+
+    @property
     def name(self) -> str:
-        return f"tiled:{self.bm}x{self.bn}x{self.bk}_s{self.stages}_w{self.warps}"
+        return f"tiled:{self.tile}"
 
     @property
     def smem_bytes(self) -> int:
@@ -94,26 +104,21 @@ class TiledConfig:
 
 
 @dataclass(frozen=True)
-class SplitKConfig:
+class SplitKConfig(_Tile):
     """One configuration of the Triton split-K kernel: a compile-time tile plus the run-time K split."""
 
-    bm: int
-    bn: int
-    bk: int
-    stages: int
-    warps: int
     splits: int = 1
 
     @property
     def name(self) -> str:
-        return f"splitk:{self.bm}x{self.bn}x{self.bk}_s{self.stages}_w{self.warps}/k{self.splits}"
+        return f"splitk:{self.tile}/k{self.splits}"
 
     @property
     def smem_bytes(self) -> int:
         return 2 * self.stages * (self.bm * self.bk + self.bk * self.bn)
 
     def with_splits(self, splits: int) -> "SplitKConfig":
-        return SplitKConfig(self.bm, self.bn, self.bk, self.stages, self.warps, splits)
+        return replace(self, splits=splits)
 
     @classmethod
     def parse(cls, name: str) -> "SplitKConfig":
@@ -129,25 +134,20 @@ class SplitKConfig:
 
 
 @dataclass(frozen=True)
-class ClusterKConfig:
+class ClusterKConfig(_Tile):
     """One configuration of the CUDA cluster split-K kernel (`kernels/cluster_splitk.cu`): a compile-time tile
     plus the run-time cluster size, which is the number of K splits (2-16)."""
 
-    bm: int
-    bn: int
-    bk: int
-    stages: int
-    warps: int
     splits: int = 2
 
     @property
     def name(self) -> str:
-        return f"clusterk:{self.bm}x{self.bn}x{self.bk}_s{self.stages}_w{self.warps}/c{self.splits}"
+        return f"clusterk:{self.tile}/c{self.splits}"
 
     @property
     def symbol(self) -> str:
         """C identifier prefix of the compiled configuration's exported functions."""
-        return f"kr_ck_{self.bm}x{self.bn}x{self.bk}_s{self.stages}_w{self.warps}"
+        return f"kr_ck_{self.tile}"
 
     @property
     def warp_grid(self) -> tuple[int, int]:
@@ -170,7 +170,7 @@ class ClusterKConfig:
         return 2 * self.stages * (self.bm * (self.bk + 8) + self.bk * (self.bn + 8)) + 4 * self.bm * (self.bn + 4)
 
     def with_splits(self, splits: int) -> "ClusterKConfig":
-        return ClusterKConfig(self.bm, self.bn, self.bk, self.stages, self.warps, splits)
+        return replace(self, splits=splits)
 
     @classmethod
     def parse(cls, name: str) -> "ClusterKConfig":
@@ -185,7 +185,7 @@ class ClusterKConfig:
                              f"from 2 to {CLUSTERK_MAX_SPLITS}")
         if cfg.with_splits(2) not in CLUSTERK_TILES:
             raise KeyError(f"unknown cluster split-K configuration in {name!r}: one of "
-                           f"{[t.name.split(':')[1].split('/')[0] for t in CLUSTERK_TILES]}")
+                           f"{[t.tile for t in CLUSTERK_TILES]}")
         return cfg
 
 
@@ -292,7 +292,7 @@ CLUSTERK_TILES: tuple[ClusterKConfig, ...] = (
     ClusterKConfig(128, 64, 64, 4, 4), ClusterKConfig(128, 128, 64, 3, 8),
 )
 CLUSTERK_MAX_SPLITS = 16  # the largest (non-portable) cluster Hopper places
-CLUSTERK_REDUCE_US = 0.15  # cost model: one more block's partial tile read over distributed shared memory
+CLUSTERK_REDUCE_US = 0.15  # cost model: one more block's partials exchanged over distributed shared memory
 
 CUTLASS_CONFIGS: tuple[CutlassConfig, ...] = (
     CutlassConfig(128, 128, 64, streamk=True),
@@ -318,8 +318,9 @@ def tile_efficiency(bm: int, bn: int) -> float:
 
 
 def estimate_us(shape: Shape, bm: int, bn: int, splits: int = 1, streamk: bool = False,
-                cluster: int = 1) -> float:
-    """Cost-model time of one product with bm x bn tiles and a K split, microseconds (for ranking only)."""
+                cluster: int = 1, fixup_share: float = 1.0) -> float:
+    """Cost-model time of one product with bm x bn tiles and a K split, microseconds (for ranking only).
+    `fixup_share`: the share of the split-K fix-up's DRAM traffic (partials written and read back) paid."""
     tiles = math.ceil(shape.m / bm) * math.ceil(shape.n / bn)
     padded = tiles * bm * bn * shape.k * 2
     per_sm = PEAK_FLOPS_PER_US / NUM_SMS * tile_efficiency(bm, bn)
@@ -332,7 +333,7 @@ def estimate_us(shape: Shape, bm: int, bn: int, splits: int = 1, streamk: bool =
         # clusters place tiles in pairs: an odd tail wastes up to one SM per cluster
         waves = math.ceil(work_units / (NUM_SMS - (NUM_SMS % cluster))) if cluster > 1 else waves
         compute = waves * (bm * bn * (shape.k / splits) * 2) / per_sm
-        fixup = (splits - 1) * shape.m * shape.n * 4 * 2 / DRAM_BYTES_PER_US if splits > 1 else 0.0
+        fixup = fixup_share * (splits - 1) * shape.m * shape.n * 4 * 2 / DRAM_BYTES_PER_US
     memory = shape.bytes() / DRAM_BYTES_PER_US
     k_latency = 0.05 * math.ceil(shape.k / splits / 64)  # each k-step has a latency floor when few tiles run
     return LAUNCH_US + max(compute, memory) + fixup + k_latency
@@ -382,8 +383,7 @@ def splitk_candidates(shape: Shape, top: int = 8) -> list[SplitKConfig]:
         s = 1
         while s <= 64 and shape.k >= 2 * s * cfg.bk and tiles * s <= 4 * NUM_SMS:
             # atomic adds resolve in L2: count half the DRAM fix-up traffic the generic model assumes
-            fixup = (s - 1) * shape.m * shape.n * 8 / DRAM_BYTES_PER_US
-            scored.append((estimate_us(shape, cfg.bm, cfg.bn, splits=s) - 0.5 * fixup, cfg.with_splits(s)))
+            scored.append((estimate_us(shape, cfg.bm, cfg.bn, splits=s, fixup_share=0.5), cfg.with_splits(s)))
             s *= 2
         if scored:
             per_tile.append(scored)
@@ -419,9 +419,8 @@ def clusterk_candidates(shape: Shape, top: int = 8) -> list[ClusterKConfig]:
         scored = []
         s = 2
         while s <= CLUSTERK_MAX_SPLITS and shape.k >= s * cfg.bk and tiles * s <= 2 * NUM_SMS:
-            # the partial sums stay on chip: no DRAM fix-up, a short read per extra split instead
-            generic_fixup = (s - 1) * shape.m * shape.n * 4 * 2 / DRAM_BYTES_PER_US
-            est = estimate_us(shape, cfg.bm, cfg.bn, splits=s, cluster=s) - generic_fixup
+            # the partial sums stay on chip: no DRAM fix-up, a short exchange per extra split instead
+            est = estimate_us(shape, cfg.bm, cfg.bn, splits=s, cluster=s, fixup_share=0.0)
             scored.append((est + CLUSTERK_REDUCE_US * (s - 1) ** 0.5, cfg.with_splits(s)))
             s *= 2
         per_tile.append(scored)

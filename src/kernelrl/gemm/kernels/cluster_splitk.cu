@@ -1,13 +1,14 @@
 // Split-K GEMM whose K splits are one thread-block cluster and reduce through distributed shared memory.
 // C (M x N, row-major) = A (M x K, row-major) * B (K x N, row-major); fp16 or bf16 in, fp32 accumulation.
 //
-// A cluster of `splits` blocks (2-16, chosen at run time) computes one BM x BN output tile: block r of the
-// cluster multiplies the tile over the r-th slice of K (cp.async pipeline, ldmatrix, mma.sync m16n8k16),
-// leaves its fp32 partial tile in its own shared memory, and after a cluster barrier sums one share of the
-// tile over all the blocks' shared memory (DSMEM loads, fixed order: the result is the same on every run),
-// and writes that share of C. No workspace, no atomics, no second kernel: the partial sums never leave the
-// GPC. For the latency-bound shapes (few output tiles, deep K) where one block per tile runs a long serial
-// K loop and a split-K through global memory pays for a round trip and a fix-up.
+// A cluster of `splits` blocks (2-16, a power of two, chosen at run time) computes one BM x BN output tile:
+// block r of the cluster multiplies the tile over the r-th slice of K (cp.async pipeline, ldmatrix, mma.sync
+// m16n8k16 with fragments double-buffered in registers), stores each of its fp32 partial rows into the shared
+// memory of the block that owns that row (distributed shared memory), and after one cluster barrier every
+// block sums the partials of its own rows in a fixed order (the result is the same on every run) and writes
+// them to C. No workspace, no atomics, no second kernel: the partial sums never leave the GPC. For the
+// latency-bound shapes (few output tiles, deep K) where one block per tile runs a long serial K loop and a
+// split-K through global memory pays for a round trip and a fix-up.
 //
 // Built once per configuration (-D KR_NAME, KR_BM, KR_BN, KR_BK, KR_STAGES, KR_WM, KR_WN), both input types
 // in one object; a C ABI so Python calls it through ctypes. Needs K and N to be multiples of 8 (16-byte rows).
@@ -21,6 +22,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #ifndef KR_PUSH
 #define KR_PUSH 1
@@ -33,26 +35,21 @@ namespace cg = cooperative_groups;
 
 namespace {
 
+// D (fp32) += A (16x16) * B (16x8) on the tensor cores; T is __half or __nv_bfloat16.
+#define KR_MMA16816(AB)                                                                                    \
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32." AB "." AB ".f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "    \
+               "{%8,%9}, {%0,%1,%2,%3};\n"                                                               \
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])                                            \
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]))
 template <typename T>
-__device__ __forceinline__ void mma16816(float* d, const uint32_t* a, const uint32_t* b);
-
-template <>
-__device__ __forceinline__ void mma16816<__half>(float* d, const uint32_t* a, const uint32_t* b) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+__device__ __forceinline__ void mma16816(float* d, const uint32_t* a, const uint32_t* b) {
+  if constexpr (std::is_same_v<T, __half>) {
+    KR_MMA16816("f16");
+  } else {
+    KR_MMA16816("bf16");
+  }
 }
-
-template <>
-__device__ __forceinline__ void mma16816<__nv_bfloat16>(float* d, const uint32_t* a, const uint32_t* b) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
+#undef KR_MMA16816
 
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
@@ -85,19 +82,19 @@ __device__ __forceinline__ void ldsm_x4_trans(uint32_t* r, const void* p) {
                : "r"(smem_addr(p)));
 }
 
+// Four fp32 values rounded to T and stored as one 8-byte write.
 template <typename T>
-__device__ __forceinline__ void store4(T* dst, float4 v);
-template <>
-__device__ __forceinline__ void store4<__half>(__half* dst, float4 v) {
-  __half2 lo = __floats2half2_rn(v.x, v.y), hi = __floats2half2_rn(v.z, v.w);
-  uint2 bits = {*reinterpret_cast<uint32_t*>(&lo), *reinterpret_cast<uint32_t*>(&hi)};
-  *reinterpret_cast<uint2*>(dst) = bits;
-}
-template <>
-__device__ __forceinline__ void store4<__nv_bfloat16>(__nv_bfloat16* dst, float4 v) {
-  __nv_bfloat162 lo = __floats2bfloat162_rn(v.x, v.y), hi = __floats2bfloat162_rn(v.z, v.w);
-  uint2 bits = {*reinterpret_cast<uint32_t*>(&lo), *reinterpret_cast<uint32_t*>(&hi)};
-  *reinterpret_cast<uint2*>(dst) = bits;
+__device__ __forceinline__ void store4(T* dst, float4 v) {
+  using T2 = std::conditional_t<std::is_same_v<T, __half>, __half2, __nv_bfloat162>;
+  T2 pair[2];
+  if constexpr (std::is_same_v<T, __half>) {
+    pair[0] = __floats2half2_rn(v.x, v.y);
+    pair[1] = __floats2half2_rn(v.z, v.w);
+  } else {
+    pair[0] = __floats2bfloat162_rn(v.x, v.y);
+    pair[1] = __floats2bfloat162_rn(v.z, v.w);
+  }
+  *reinterpret_cast<uint2*>(dst) = *reinterpret_cast<const uint2*>(pair);
 }
 
 template <int BM, int BN, int BK, int STAGES, int WM, int WN>
