@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import functools
 import json
 import math
 import os
@@ -200,39 +201,59 @@ def part_noise(res: dict, deadline: float) -> None:
         del gs, g2, inp, inp2
 
 
-CLUSTERK_VARIANTS = {  # label: (bm, bn, bk, stages, warps along M, warps along N, push, L2 hint)
-    "64x64x128_s3_2x2_pull_nohint": (64, 64, 128, 3, 2, 2, 0, 0),  # as first measured in the search
-    "64x64x128_s3_2x2_nohint": (64, 64, 128, 3, 2, 2, 1, 0),
-    "64x64x128_s3_2x2": (64, 64, 128, 3, 2, 2, 1, 1),
-    "64x64x128_s4_2x2": (64, 64, 128, 4, 2, 2, 1, 1),
-    "64x64x64_s6_2x2": (64, 64, 64, 6, 2, 2, 1, 1),
-    "64x64x64_s4_2x4": (64, 64, 64, 4, 2, 4, 1, 1),
-    "64x64x32_s8_2x2": (64, 64, 32, 8, 2, 2, 1, 1),
-    "128x128x64_s3_2x4_pull_nohint": (128, 128, 64, 3, 2, 4, 0, 0),
-    "128x128x64_s3_2x4": (128, 128, 64, 3, 2, 4, 1, 1),
-    "128x128x64_s4_2x4": (128, 128, 64, 4, 2, 4, 1, 1),
+CLUSTERK_VARIANTS = {  # label: (bm, bn, bk, stages, warps along M, warps along N, push, L2 hint, wgmma)
+    "64x64x128_s3_2x2_pull_nohint": (64, 64, 128, 3, 2, 2, 0, 0, 0),  # as first measured in the search
+    "64x64x128_s3_2x2_nohint": (64, 64, 128, 3, 2, 2, 1, 0, 0),
+    "64x64x128_s3_2x2": (64, 64, 128, 3, 2, 2, 1, 1, 0),
+    "64x64x128_s4_2x2": (64, 64, 128, 4, 2, 2, 1, 1, 0),
+    "64x64x64_s6_2x2": (64, 64, 64, 6, 2, 2, 1, 1, 0),
+    "64x64x64_s4_2x4": (64, 64, 64, 4, 2, 4, 1, 1, 0),
+    "64x64x32_s8_2x2": (64, 64, 32, 8, 2, 2, 1, 1, 0),
+    "128x128x64_s3_2x4_pull_nohint": (128, 128, 64, 3, 2, 4, 0, 0, 0),
+    "128x128x64_s3_2x4": (128, 128, 64, 3, 2, 4, 1, 1, 0),
+    "128x128x64_s4_2x4": (128, 128, 64, 4, 2, 4, 1, 1, 0),
+    # the wgmma main loop (one warpgroup per 64 rows)
+    "64x64x64_s4_wg": (64, 64, 64, 4, 4, 1, 1, 1, 1),
+    "64x64x64_s8_wg": (64, 64, 64, 8, 4, 1, 1, 1, 1),
+    "64x64x128_s4_wg": (64, 64, 128, 4, 4, 1, 1, 1, 1),
+    "64x128x64_s6_wg": (64, 128, 64, 6, 4, 1, 1, 1, 1),
+    "128x128x64_s4_wg": (128, 128, 64, 4, 8, 1, 1, 1, 1),
 }
-CLUSTERK_SHAPES = [(64, 64, 2048), (64, 64, 4096), (64, 64, 16384), (128, 128, 8192), (512, 512, 4096)]
+# --clusterk-variants: the labels to build and time (all by default)
+CLUSTERK_SHAPES = [(64, 64, 2048), (64, 64, 4096), (64, 64, 16384), (128, 128, 8192), (512, 512, 4096),
+                   (1024, 1024, 4096), (256, 2048, 8192)]
 
 
-def part_clusterk(res: dict, deadline: float) -> None:
+def build_clusterk_variants(labels: list[str] | None = None):
+    """(library, {label: variant}) of the cluster split-K variants, compiled under their own symbols into
+    .kernelrl-cache/probe_clusterk (objects already there from the same source are kept: build them here and
+    carry the folder to a device without the CUTLASS headers)."""
     import ctypes
 
+    from kernelrl.gemm import build as b
+
+    def command(label: str) -> list[str]:  # called only for an object not built yet
+        bm, bn, bk, st, wm, wn, push, hint, wg = CLUSTERK_VARIANTS[label]
+        cute = ["--expt-relaxed-constexpr", *[f"-I{p}" for p in b.cutlass_include_dirs()]] if wg else []
+        return ["nvcc", *b.SM90_FLAGS, *cute, f"-DKR_NAME=probe_{label}", f"-DKR_BM={bm}", f"-DKR_BN={bn}",
+                f"-DKR_BK={bk}", f"-DKR_STAGES={st}", f"-DKR_WM={wm}", f"-DKR_WN={wn}", f"-DKR_PUSH={push}",
+                f"-DKR_L2_HINT={hint}", f"-DKR_WGMMA={wg}", "-c", str(b.CK_SOURCE)]
+
+    variants = {lab: v for lab, v in CLUSTERK_VARIANTS.items() if not labels or lab in labels}
+    objects = {f"probe_{lab}": functools.partial(command, lab) for lab in variants}
+    out = ROOT / ".kernelrl-cache" / "probe_clusterk"
+    lib = b._compile_and_link(objects, b.CK_SOURCE, "libprobe_clusterk.so", out, os.cpu_count(), log)
+    return ctypes.CDLL(str(lib)), variants
+
+
+def part_clusterk(res: dict, deadline: float, labels: list[str] | None = None) -> None:
     import torch
 
-    from kernelrl.gemm import build as b
     from kernelrl.gemm import check as chk
     from kernelrl.gemm import clusterk
     from kernelrl.gemm import timing as tm
 
-    objects = {}
-    for label, (bm, bn, bk, st, wm, wn, push, hint) in CLUSTERK_VARIANTS.items():
-        sym = "probe_" + label
-        objects[sym] = ["nvcc", *b.SM90_FLAGS, f"-DKR_NAME={sym}", f"-DKR_BM={bm}", f"-DKR_BN={bn}",
-                        f"-DKR_BK={bk}", f"-DKR_STAGES={st}", f"-DKR_WM={wm}", f"-DKR_WN={wn}",
-                        f"-DKR_PUSH={push}", f"-DKR_L2_HINT={hint}", "-c", str(b.CK_SOURCE)]
-    lib = ctypes.CDLL(str(b._compile_and_link(objects, b.CK_SOURCE, "libprobe_clusterk.so",
-                                              Path("/tmp/probe_clusterk"), 16, log)))
+    lib, variants = build_clusterk_variants(labels)
     out = res.setdefault("clusterk", [])
     rng = random.Random(11)
     for m, n, k in CLUSTERK_SHAPES:
@@ -245,7 +266,7 @@ def part_clusterk(res: dict, deadline: float) -> None:
         entry = {"m": m, "n": n, "k": k, "failed": {}}
         for cfg in [(64, 64, 128, 4, 4), (64, 64, 64, 3, 4)]:
             fns["tiled:{}x{}x{}_s{}_w{}".format(*cfg)] = (tiled_launcher((*cfg[:3], cfg[4], cfg[3]), m, n, k), True)
-        for label, (bm, bn, bk, *_rest) in CLUSTERK_VARIANTS.items():
+        for label, (bm, bn, bk, *_rest) in variants.items():
             if bm > m or bn > n:
                 continue
             for s in (1, 2, 4, 8, 16):
@@ -324,12 +345,17 @@ def main() -> None:
     ap.add_argument("--deadline", type=float, default=400.0)
     ap.add_argument("--tiled-max-us", type=float, default=6.0)
     ap.add_argument("--tiled-share", type=float, default=0.6, help="share of the deadline the tiled part may use")
+    ap.add_argument("--clusterk-variants", default="", help="comma-separated labels of CLUSTERK_VARIANTS")
+    ap.add_argument("--build-only", action="store_true", help="compile the cluster split-K variants and stop")
     ap.add_argument("--summarise", metavar="JSON", help="print the summary of an earlier probe's JSON and stop")
     args = ap.parse_args()
     if args.summarise:
         print("\n".join(summarise(json.loads(Path(args.summarise).read_text()))))
         return
     OUT.mkdir(parents=True, exist_ok=True)
+    if args.build_only:
+        build_clusterk_variants([v for v in args.clusterk_variants.split(",") if v])
+        return
     import torch
     import triton
 
@@ -344,7 +370,7 @@ def main() -> None:
         if "noise" in parts:
             part_noise(res, args.deadline)
         if "clusterk" in parts:
-            part_clusterk(res, args.deadline)
+            part_clusterk(res, args.deadline, [v for v in args.clusterk_variants.split(",") if v])
     finally:
         (OUT / "gemm_probe.json").write_text(json.dumps(res))
         log("wrote gemm_probe.json")

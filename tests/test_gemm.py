@@ -3,6 +3,7 @@ resume, dispatch fallback, report and CLI."""
 import gzip
 import json
 import shutil
+import subprocess
 
 import pytest
 import torch
@@ -136,13 +137,22 @@ def test_cluster_split_k_names_round_trip_and_a_bad_one_says_what_is_wrong():
         for s in (2, 16):
             assert ClusterKConfig.parse(c.with_splits(s).name) == c.with_splits(s)
     for bad in ("clusterk:64x64_s4_w4/c2", "clusterk:64x64x64_s4_w4", "clusterk:64x64x64_s4_w4/k2"):
-        with pytest.raises(ValueError, match="clusterk:<BM>x<BN>x<BK>_s<stages>_w<warps>/c<splits>"):
+        with pytest.raises(ValueError, match=r"clusterk:<BM>x<BN>x<BK>_s<stages>_w<warps>\[_wg\]/c<splits>"):
             ClusterKConfig.parse(bad)
     for bad in ("clusterk:64x64x64_s4_w4/c1", "clusterk:64x64x64_s4_w4/c32", "clusterk:64x64x64_s4_w4/c6"):
         with pytest.raises(ValueError, match="a power of two from 2 to 16"):
             ClusterKConfig.parse(bad)
     with pytest.raises(KeyError, match="unknown cluster split-K configuration"):
         ClusterKConfig.parse("clusterk:32x32x64_s4_w4/c2")  # not compiled
+    with pytest.raises(KeyError, match="unknown cluster split-K configuration"):
+        ClusterKConfig.parse("clusterk:64x64x64_s4_w4_wg/c2")  # this tile is compiled for mma.sync only
+    wg = ClusterKConfig.parse("clusterk:64x128x64_s6_w4_wg/c8")
+    assert wg.wgmma and (wg.bm, wg.bn, wg.bk, wg.stages, wg.splits) == (64, 128, 64, 6, 8)
+    assert wg.macros["KR_WGMMA"] == 1 and wg.symbol == "kr_ck_64x128x64_s6_w4_wg"
+    assert not ClusterKConfig.parse("clusterk:64x128x64_s4_w4/c8").wgmma
+    for c in CLUSTERK_TILES:
+        if c.wgmma:  # one warpgroup (4 warps) per 64 rows, whole 128-byte swizzle atoms
+            assert c.warps == 4 * c.bm // 64 and c.bn % 64 == 0 and c.bk % 64 == 0 and c.stages >= 3
 
 
 def test_cluster_split_k_search_is_for_few_output_tiles_and_deep_k():
@@ -186,6 +196,31 @@ def test_cluster_split_k_library_builds_for_sm90a_and_refuses_what_it_cannot_run
     assert can(64, 64, 1024, 6, 0) == 2  # not a power of two: the rows of a tile would not divide evenly
     assert can(1 << 20, 1 << 20, 1024, 2, 0) == 3  # more tiles than a grid dimension holds
     assert not b.clusterk_is_current(tmp_path, configs=CLUSTERK_TILES[:2])  # a configuration not built yet
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
+def test_cluster_split_k_wgmma_main_loop_compiles_to_warpgroup_mmas(tmp_path):
+    # The wgmma configurations compile against CuTe (the nvidia-cutlass wheel's headers) for sm_90a; the
+    # object holds the fp16 and bf16 kernels and their exported functions.
+    import ctypes
+
+    from kernelrl.gemm import build as b
+
+    tile = next(c for c in CLUSTERK_TILES if c.wgmma)
+    assert any(a.startswith("-I") for a in b.clusterk_command(tile))  # the CUTLASS headers
+    assert not any(a.startswith("-I") for a in b.clusterk_command(CLUSTERK_TILES[0]))  # CUDA's own suffice
+    lib_path = b.build_clusterk(tmp_path, configs=(tile,), log=lambda _: None)
+    lib = ctypes.CDLL(str(lib_path))
+    can = getattr(lib, f"{tile.symbol}_can_implement")
+    can.argtypes = [ctypes.c_int] * 5
+    assert can(64, 64, 1020, 4, 0) == 1 and can(64, 64, 1024, 3, 1) == 2
+    # the same compile stopped at PTX: the main loop is warpgroup MMAs, and no mma.sync is left
+    cmd = [a for a in b.clusterk_command(tile) if not a.startswith("-gencode")]
+    cmd[cmd.index("-c")] = "-ptx"
+    ptx = tmp_path / "wg.ptx"
+    subprocess.run([*cmd, "-arch=sm_90a", "-o", str(ptx)], check=True, capture_output=True)
+    text = ptx.read_text()
+    assert "wgmma.mma_async" in text and "mma.sync" not in text
 
 
 def test_per_stream_buffers_give_each_stream_its_own_set_grow_it_and_use_the_spare_under_capture(monkeypatch):

@@ -32,11 +32,15 @@ def test_every_tile_and_cluster_size_is_correct(dtype, shape):
             assert res.ok, (cfg.name, shape, res.reason)
 
 
+MAIN_LOOPS = pytest.mark.parametrize("tile", ["64x64x64_s4_w4", "64x64x64_s8_w4_wg"])  # mma.sync, wgmma
+
+
 @hopper
-def test_results_are_the_same_bits_on_every_run():
+@MAIN_LOOPS
+def test_results_are_the_same_bits_on_every_run(tile):
     m, n, k = 64, 128, 8192
     a, b = chk.random_inputs(m, n, k)
-    fn = make_launcher("clusterk:64x64x64_s4_w4/c16", m, n, k)
+    fn = make_launcher(f"clusterk:{tile}/c16", m, n, k)
     outs = [torch.empty(m, n, device="cuda", dtype=torch.float16) for _ in range(5)]
     for c in outs:
         fn(a, b, c)
@@ -45,15 +49,17 @@ def test_results_are_the_same_bits_on_every_run():
 
 
 @hopper
-def test_cluster_split_k_replays_in_a_cuda_graph_with_new_inputs():
+@pytest.mark.parametrize("tile", ["64x128x64_s4_w4", "64x128x64_s6_w4_wg"])
+def test_cluster_split_k_replays_in_a_cuda_graph_with_new_inputs(tile):
     m, n, k = 192, 256, 3072
-    replays_correctly(*captured(make_launcher("clusterk:64x128x64_s4_w4/c8", m, n, k), m, n, k))
+    replays_correctly(*captured(make_launcher(f"clusterk:{tile}/c8", m, n, k), m, n, k))
 
 
 @hopper
-def test_two_streams_run_cluster_split_k_at_once():
+@MAIN_LOOPS
+def test_two_streams_run_cluster_split_k_at_once(tile):
     m, n, k = 256, 256, 4096  # 16 tiles x 8 splits per launch: both streams' clusters fit on the GPU together
-    on_two_streams(make_launcher("clusterk:64x64x64_s4_w4/c8", m, n, k), m, n, k)
+    on_two_streams(make_launcher(f"clusterk:{tile}/c8", m, n, k), m, n, k)
 
 
 @hopper

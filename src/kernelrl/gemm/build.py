@@ -8,7 +8,9 @@ import shutil
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from pathlib import Path
+from typing import Callable
 
 from kernelrl.gemm.space import CLUSTERK_TILES, CUTLASS_CONFIGS, ClusterKConfig, CutlassConfig
 
@@ -51,10 +53,11 @@ def nvcc_command(cfg: CutlassConfig, includes: list[Path], bf16: bool = False) -
             *defs, f"-DKR_BF16={int(bf16)}", "-c", str(SOURCE)]
 
 
-def _compile_and_link(objects: dict[str, list[str]], source: Path, lib_name: str, build_dir: Path,
-                      jobs: int | None, log) -> Path:
-    """Compile every object (stem -> its nvcc command up to `-o`) not yet built from this `source`, in
-    parallel, and link them into `build_dir/lib_name`."""
+def _compile_and_link(objects: dict[str, list[str] | Callable[[], list[str]]], source: Path, lib_name: str,
+                      build_dir: Path, jobs: int | None, log) -> Path:
+    """Compile every object (stem -> its nvcc command up to `-o`, or a function making it, called only if the
+    object must be compiled) not yet built from this `source`, in parallel, and link them into
+    `build_dir/lib_name`."""
     if shutil.which("nvcc") is None:
         raise FileNotFoundError("nvcc not found on PATH: the native kernel families need the CUDA toolkit")
     build_dir.mkdir(parents=True, exist_ok=True)
@@ -63,7 +66,8 @@ def _compile_and_link(objects: dict[str, list[str]], source: Path, lib_name: str
 
     def compile_one(stem: str) -> None:
         tmp = paths[stem].with_suffix(".tmp.o")
-        proc = subprocess.run([*objects[stem], "-o", str(tmp)], capture_output=True, text=True)
+        cmd = objects[stem]() if callable(objects[stem]) else objects[stem]
+        proc = subprocess.run([*cmd, "-o", str(tmp)], capture_output=True, text=True)
         if proc.returncode != 0:
             raise RuntimeError(f"nvcc failed for {stem}:\n{proc.stderr[-4000:]}")
         tmp.rename(paths[stem])
@@ -88,15 +92,18 @@ def build(build_dir: Path = DEFAULT_BUILD_DIR, configs=CUTLASS_CONFIGS, jobs: in
 
 
 def clusterk_command(cfg: ClusterKConfig) -> list[str]:
-    """The nvcc command (up to `-o`) that compiles one cluster split-K configuration, fp16 and bf16."""
-    return ["nvcc", *SM90_FLAGS, *[f"-D{k}={v}" for k, v in cfg.macros.items()], "-c", str(CK_SOURCE)]
+    """The nvcc command (up to `-o`) that compiles one cluster split-K configuration, fp16 and bf16. The wgmma
+    main loop takes its layouts and MMA atoms from CuTe (the `nvidia-cutlass` wheel's headers)."""
+    cute = ["--expt-relaxed-constexpr", *[f"-I{p}" for p in cutlass_include_dirs()]] if cfg.wgmma else []
+    return ["nvcc", *SM90_FLAGS, *cute, *[f"-D{k}={v}" for k, v in cfg.macros.items()], "-c", str(CK_SOURCE)]
 
 
 def build_clusterk(build_dir: Path = DEFAULT_BUILD_DIR, configs=CLUSTERK_TILES, jobs: int | None = None,
                    log=print) -> Path:
-    """Compile the cluster split-K configurations (no headers besides CUDA's) and link their library."""
-    return _compile_and_link({cfg.symbol: clusterk_command(cfg) for cfg in configs}, CK_SOURCE, CK_LIB_NAME,
-                             build_dir, jobs, log)
+    """Compile the cluster split-K configurations and link their library (objects already built from the
+    current source are linked as they are: no CUTLASS headers needed for those)."""
+    return _compile_and_link({cfg.symbol: partial(clusterk_command, cfg) for cfg in configs}, CK_SOURCE,
+                             CK_LIB_NAME, build_dir, jobs, log)
 
 
 def clusterk_is_current(build_dir: Path = DEFAULT_BUILD_DIR, configs=CLUSTERK_TILES) -> bool:

@@ -136,23 +136,34 @@ class SplitKConfig(_Tile):
 @dataclass(frozen=True)
 class ClusterKConfig(_Tile):
     """One configuration of the CUDA cluster split-K kernel (`kernels/cluster_splitk.cu`): a compile-time tile
-    plus the run-time cluster size, which is the number of K splits (2-16)."""
+    plus the run-time cluster size, which is the number of K splits (2-16). `wgmma` selects the main loop:
+    asynchronous warpgroup MMAs from swizzled shared memory (one warpgroup of 4 warps per 64 rows) instead of
+    ldmatrix and mma.sync; its names carry `_wg` after the tile."""
 
     splits: int = 2
+    wgmma: bool = False
+
+    @property
+    def variant(self) -> str:
+        """The tile part of the name with the main loop's marker: `<tile>` or `<tile>_wg`."""
+        return f"{self.tile}_wg" if self.wgmma else self.tile
 
     @property
     def name(self) -> str:
-        return f"clusterk:{self.tile}/c{self.splits}"
+        return f"clusterk:{self.variant}/c{self.splits}"
 
     @property
     def symbol(self) -> str:
         """C identifier prefix of the compiled configuration's exported functions."""
-        return f"kr_ck_{self.tile}"
+        return f"kr_ck_{self.variant}"
 
     @property
     def warp_grid(self) -> tuple[int, int]:
-        """(warps along M, warps along N): two along the shorter side where there are at least four."""
+        """(warps along M, warps along N): two along the shorter side where there are at least four (the
+        wgmma loop: one warpgroup per 64 rows)."""
         w = self.warps
+        if self.wgmma:
+            return (w, 1)
         if w <= 2:
             return (w, 1) if self.bm >= self.bn else (1, w)
         return (2, w // 2) if self.bn >= self.bm else (w // 2, 2)
@@ -161,13 +172,17 @@ class ClusterKConfig(_Tile):
     def macros(self) -> dict[str, int | str]:
         wm, wn = self.warp_grid
         return {"KR_NAME": self.symbol, "KR_BM": self.bm, "KR_BN": self.bn, "KR_BK": self.bk,
-                "KR_STAGES": self.stages, "KR_WM": wm, "KR_WN": wn}
+                "KR_STAGES": self.stages, "KR_WM": wm, "KR_WN": wn, "KR_WGMMA": int(self.wgmma)}
 
     @property
     def smem_bytes(self) -> int:
-        """Shared memory of one block: the padded pipeline plus the fp32 tile the partial sums are sent to,
-        bytes."""
-        return 2 * self.stages * (self.bm * (self.bk + 8) + self.bk * (self.bn + 8)) + 4 * self.bm * (self.bn + 4)
+        """Shared memory of one block: the pipeline (padded rows for ldmatrix; unpadded but 1024-byte aligned
+        for wgmma's swizzle) plus the fp32 tile the partial sums are sent to, bytes."""
+        if self.wgmma:
+            pipe = 1024 + 2 * self.stages * (self.bm * self.bk + self.bk * self.bn)
+        else:
+            pipe = 2 * self.stages * (self.bm * (self.bk + 8) + self.bk * (self.bn + 8))
+        return pipe + 4 * self.bm * (self.bn + 4)
 
     def with_splits(self, splits: int) -> "ClusterKConfig":
         return replace(self, splits=splits)
@@ -175,17 +190,19 @@ class ClusterKConfig(_Tile):
     @classmethod
     def parse(cls, name: str) -> "ClusterKConfig":
         """Inverse of `name`; the tile must be one of CLUSTERK_TILES."""
+        body = name.split(":", 1)[-1]
+        wgmma = "_wg/" in body
         try:
-            cfg = cls(*_tile_split_fields(name, "c"))
+            cfg = cls(*_tile_split_fields(name.replace("_wg/", "/"), "c"), wgmma=wgmma)
         except (ValueError, IndexError) as e:
             raise ValueError(f"malformed cluster split-K kernel name {name!r}: expected "
-                             "clusterk:<BM>x<BN>x<BK>_s<stages>_w<warps>/c<splits>") from e
+                             "clusterk:<BM>x<BN>x<BK>_s<stages>_w<warps>[_wg]/c<splits>") from e
         if not 2 <= cfg.splits <= CLUSTERK_MAX_SPLITS or cfg.splits & (cfg.splits - 1):
             raise ValueError(f"cluster split-K kernel {name!r}: the cluster size (splits) must be a power of two "
                              f"from 2 to {CLUSTERK_MAX_SPLITS}")
         if cfg.with_splits(2) not in CLUSTERK_TILES:
             raise KeyError(f"unknown cluster split-K configuration in {name!r}: one of "
-                           f"{[t.tile for t in CLUSTERK_TILES]}")
+                           f"{[t.variant for t in CLUSTERK_TILES]}")
         return cfg
 
 
@@ -290,6 +307,10 @@ TILED_SEARCH_MAX_EST_US = 4.0
 CLUSTERK_TILES: tuple[ClusterKConfig, ...] = (
     ClusterKConfig(64, 64, 64, 4, 4), ClusterKConfig(64, 64, 128, 3, 4), ClusterKConfig(64, 128, 64, 4, 4),
     ClusterKConfig(128, 64, 64, 4, 4), ClusterKConfig(128, 128, 64, 3, 8),
+    # the wgmma main loop: one warpgroup per 64 rows, deeper pipelines (no padding, no register fragments)
+    ClusterKConfig(64, 64, 64, 8, 4, wgmma=True), ClusterKConfig(64, 64, 128, 4, 4, wgmma=True),
+    ClusterKConfig(64, 128, 64, 6, 4, wgmma=True), ClusterKConfig(128, 64, 64, 6, 8, wgmma=True),
+    ClusterKConfig(128, 128, 64, 4, 8, wgmma=True),
 )
 CLUSTERK_MAX_SPLITS = 16  # the largest (non-portable) cluster Hopper places
 CLUSTERK_REDUCE_US = 0.15  # cost model: one more block's partials exchanged over distributed shared memory

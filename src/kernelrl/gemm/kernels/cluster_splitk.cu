@@ -10,8 +10,13 @@
 // latency-bound shapes (few output tiles, deep K) where one block per tile runs a long serial K loop and a
 // split-K through global memory pays for a round trip and a fix-up.
 //
-// Built once per configuration (-D KR_NAME, KR_BM, KR_BN, KR_BK, KR_STAGES, KR_WM, KR_WN), both input types
-// in one object; a C ABI so Python calls it through ctypes. Needs K and N to be multiples of 8 (16-byte rows).
+// Two main loops: ldmatrix and mma.sync (KR_WGMMA=0, warps in a KR_WM x KR_WN grid), or wgmma (KR_WGMMA=1: one
+// warpgroup per 64 rows issues asynchronous warpgroup MMAs from 128-byte-swizzled shared memory; CuTe's layouts
+// and MMA atoms, so those objects need the CUTLASS headers). Both push their partials the same way.
+//
+// Built once per configuration (-D KR_NAME, KR_BM, KR_BN, KR_BK, KR_STAGES, KR_WM, KR_WN, KR_WGMMA), both input
+// types in one object; a C ABI so Python calls it through ctypes. Needs K and N to be multiples of 8 (16-byte
+// rows).
 // Two variants the probe compares (benchmarks/gemm_probe.py, part clusterk): KR_PUSH=1 (default) has every
 // block store its partial rows straight into the shared memory of the block that owns them (one barrier,
 // remote stores only); KR_PUSH=0 has each owner load its rows from every block after a barrier (remote
@@ -24,6 +29,15 @@
 #include <cstdint>
 #include <type_traits>
 
+#ifndef KR_WGMMA
+#define KR_WGMMA 0
+#endif
+#if KR_WGMMA
+#include <cute/arch/mma_sm90.hpp>
+#include <cute/atom/mma_atom.hpp>
+#include <cute/tensor.hpp>
+#endif
+
 #ifndef KR_PUSH
 #define KR_PUSH 1
 #endif
@@ -34,22 +48,6 @@
 namespace cg = cooperative_groups;
 
 namespace {
-
-// D (fp32) += A (16x16) * B (16x8) on the tensor cores; T is __half or __nv_bfloat16.
-#define KR_MMA16816(AB)                                                                                    \
-  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32." AB "." AB ".f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "    \
-               "{%8,%9}, {%0,%1,%2,%3};\n"                                                               \
-               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])                                            \
-               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]))
-template <typename T>
-__device__ __forceinline__ void mma16816(float* d, const uint32_t* a, const uint32_t* b) {
-  if constexpr (std::is_same_v<T, __half>) {
-    KR_MMA16816("f16");
-  } else {
-    KR_MMA16816("bf16");
-  }
-}
-#undef KR_MMA16816
 
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
@@ -71,17 +69,6 @@ __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
 
-__device__ __forceinline__ void ldsm_x4(uint32_t* r, const void* p) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_addr(p)));
-}
-__device__ __forceinline__ void ldsm_x4_trans(uint32_t* r, const void* p) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_addr(p)));
-}
-
 // Four fp32 values rounded to T and stored as one 8-byte write.
 template <typename T>
 __device__ __forceinline__ void store4(T* dst, float4 v) {
@@ -95,6 +82,54 @@ __device__ __forceinline__ void store4(T* dst, float4 v) {
     pair[1] = __floats2bfloat162_rn(v.z, v.w);
   }
   *reinterpret_cast<uint2*>(dst) = *reinterpret_cast<const uint2*>(pair);
+}
+
+// After the partials have landed (KR_PUSH): block `rank` sums the rows it owns over the `splits` slots of its
+// receive region, in slot order (the same bits on every run), and writes them to C.
+template <typename T, int BN, int kThreads, int kRStride>
+__device__ __forceinline__ void sum_own_rows(const float* recv, int rows_per, int splits, int rank, T* C, int M,
+                                             int N, int m0, int n0, int tid) {
+  for (int g = tid; g < rows_per * BN / 4; g += kThreads) {
+    const int rr = g / (BN / 4), c = (g % (BN / 4)) * 4;
+    float4 sum = make_float4(0.f, 0.f, 0.f, 0.f);
+    for (int s = 0; s < splits; ++s) {
+      const float4 v = *reinterpret_cast<const float4*>(recv + (s * rows_per + rr) * kRStride + c);
+      sum.x += v.x;
+      sum.y += v.y;
+      sum.z += v.z;
+      sum.w += v.w;
+    }
+    const int r = rank * rows_per + rr;
+    if (m0 + r < M && n0 + c < N) store4<T>(C + size_t(m0 + r) * N + n0 + c, sum);  // N % 8 == 0
+  }
+}
+
+#if !KR_WGMMA  // the ldmatrix and mma.sync main loop
+// D (fp32) += A (16x16) * B (16x8) on the tensor cores; T is __half or __nv_bfloat16.
+#define KR_MMA16816(AB)                                                                                    \
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32." AB "." AB ".f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "    \
+               "{%8,%9}, {%0,%1,%2,%3};\n"                                                               \
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])                                            \
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]))
+template <typename T>
+__device__ __forceinline__ void mma16816(float* d, const uint32_t* a, const uint32_t* b) {
+  if constexpr (std::is_same_v<T, __half>) {
+    KR_MMA16816("f16");
+  } else {
+    KR_MMA16816("bf16");
+  }
+}
+#undef KR_MMA16816
+
+__device__ __forceinline__ void ldsm_x4(uint32_t* r, const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_addr(p)));
+}
+__device__ __forceinline__ void ldsm_x4_trans(uint32_t* r, const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_addr(p)));
 }
 
 template <int BM, int BN, int BK, int STAGES, int WM, int WN>
@@ -231,20 +266,7 @@ __global__ void __launch_bounds__(WM* WN * 32)
     }
   cluster.sync();  // every partial has landed in its owner's shared memory; nothing remote is touched after
 
-  // Block `rank` sums its rows over the slots, in slot order, and writes them.
-  for (int g = tid; g < rows_per * BN / 4; g += G::kThreads) {
-    const int rr = g / (BN / 4), c = (g % (BN / 4)) * 4;
-    float4 sum = make_float4(0.f, 0.f, 0.f, 0.f);
-    for (int s = 0; s < splits; ++s) {
-      const float4 v = *reinterpret_cast<const float4*>(recv + (s * rows_per + rr) * G::kRStride + c);
-      sum.x += v.x;
-      sum.y += v.y;
-      sum.z += v.z;
-      sum.w += v.w;
-    }
-    const int r = rank * rows_per + rr;
-    if (m0 + r < M && n0 + c < N) store4<T>(C + size_t(m0 + r) * N + n0 + c, sum);  // N % 8 == 0
-  }
+  sum_own_rows<T, BN, G::kThreads, G::kRStride>(recv, rows_per, splits, rank, C, M, N, m0, n0, tid);
 #else
   cp_async_wait<0>();
   __syncthreads();  // the pipeline's shared memory now holds the partial tile instead
@@ -279,10 +301,136 @@ __global__ void __launch_bounds__(WM* WN * 32)
 #endif
 }
 
+#else  // KR_WGMMA
+// The same cluster split-K with a wgmma main loop (KR_WGMMA=1): one warpgroup per 64 rows of the tile issues
+// asynchronous m64nBNk16 wgmma straight from shared memory, which the cp.async pipeline fills in the 128-byte
+// swizzled layouts wgmma reads (A K-major, B N-major; CuTe's layouts and MMA atoms). No ldmatrix, no register
+// fragments of A and B: the tensor cores run at their Hopper rate, and one batch of wgmma stays in flight
+// while the next K step's copies are issued.
+template <typename T, int BM, int BN, int BK, int STAGES>
+struct WgGeometry {
+  using E = std::conditional_t<std::is_same_v<T, __half>, cute::half_t, cute::bfloat16_t>;
+  static constexpr int kWarpgroups = BM / 64;
+  static constexpr int kThreads = kWarpgroups * 128;
+  static_assert(BM % 64 == 0 && BN % 64 == 0 && BK % 64 == 0, "whole 128-byte swizzle atoms");
+  static_assert(STAGES >= 3, "a K step in flight on the tensor cores and at least one being copied");
+  using SmemA = decltype(cute::tile_to_shape(cute::GMMA::Layout_K_SW128_Atom<E>{},
+                                             cute::make_shape(cute::Int<BM>{}, cute::Int<BK>{}, cute::Int<STAGES>{})));
+  using SmemB = decltype(cute::tile_to_shape(cute::GMMA::Layout_MN_SW128_Atom<E>{},
+                                             cute::make_shape(cute::Int<BN>{}, cute::Int<BK>{}, cute::Int<STAGES>{})));
+  using Mma = decltype(cute::make_tiled_mma(
+      cute::GMMA::ss_op_selector<E, E, float, cute::Shape<cute::Int<64>, cute::Int<BN>, cute::Int<16>>,
+                                 cute::GMMA::Major::K, cute::GMMA::Major::MN>(),
+      cute::Layout<cute::Shape<cute::Int<kWarpgroups>, cute::_1, cute::_1>>{}));
+  static constexpr int kRStride = BN + 4;
+  static constexpr size_t kABytes = size_t(STAGES) * BM * BK * 2, kBBytes = size_t(STAGES) * BK * BN * 2;
+  static constexpr size_t kPipeBytes = kABytes + kBBytes;
+  static constexpr size_t kAlign = 1024;  // a 128-byte swizzle repeats every 1024 bytes: its atoms start there
+  static constexpr size_t kSmemBytes = kAlign + kPipeBytes + size_t(BM) * kRStride * 4;
+  static constexpr int kALoads = BM * BK / 8 / kThreads, kBLoads = BK * BN / 8 / kThreads;  // per thread
+  static_assert(kALoads * kThreads * 8 == BM * BK && kBLoads * kThreads * 8 == BK * BN, "whole 16-byte copies");
+};
+
+template <typename T, int BM, int BN, int BK, int STAGES>
+__global__ void __launch_bounds__(BM / 64 * 128)
+    cluster_splitk_wg(const T* __restrict__ A, const T* __restrict__ B, T* __restrict__ C, int M, int N, int K,
+                      int tiles_n) {
+  using namespace cute;
+  using G = WgGeometry<T, BM, BN, BK, STAGES>;
+  using E = typename G::E;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  unsigned char* smem = smem_raw + ((G::kAlign - smem_addr(smem_raw) % G::kAlign) % G::kAlign);
+  E* a_base = reinterpret_cast<E*>(smem);
+  E* b_base = reinterpret_cast<E*>(smem + G::kABytes);
+  Tensor sA = make_tensor(make_smem_ptr(a_base), typename G::SmemA{});  // (BM, BK, STAGES)
+  Tensor sB = make_tensor(make_smem_ptr(b_base), typename G::SmemB{});  // (BN, BK, STAGES)
+
+  cg::cluster_group cluster = cg::this_cluster();
+  const int splits = static_cast<int>(cluster.num_blocks());
+  const int rank = static_cast<int>(cluster.block_rank());
+  const int m0 = (blockIdx.y / tiles_n) * BM, n0 = (blockIdx.y % tiles_n) * BN;
+  const int k_tiles = (K + BK - 1) / BK;
+  const int per_rank = (k_tiles + splits - 1) / splits;
+  const int kt0 = min(k_tiles, rank * per_rank);
+  const int nk = min(k_tiles, kt0 + per_rank) - kt0;  // may be 0: this block then adds zeros
+  const int tid = threadIdx.x;
+  // Shared memory of another block may be written only once that block runs: arrive now, wait before pushing.
+  asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");
+
+  typename G::Mma mma;
+  ThrMMA thr = mma.get_thread_slice(tid);
+  Tensor tCrA = thr.make_fragment_A(thr.partition_A(sA));  // shared memory descriptors, (MMA, MMA_M, MMA_K, STAGES)
+  Tensor tCrB = thr.make_fragment_B(thr.partition_B(sB));
+  Tensor acc = partition_fragment_C(mma, Shape<Int<BM>, Int<BN>>{});
+  clear(acc);
+
+  // The copies of one K step: 16-byte chunks (8 elements along K for A, along N for B, which the swizzle keeps
+  // together) placed where the swizzled layouts put them.
+  auto load_stage = [&](int stage, int kt) {
+    const int kb = kt * BK;
+#pragma unroll
+    for (int j = 0; j < G::kALoads; ++j) {
+      const int c = tid + j * G::kThreads, r = c / (BK / 8), col = (c % (BK / 8)) * 8;
+      const bool ok = m0 + r < M && kb + col < K;  // K % 8 == 0: a 16-byte chunk is all in or all out
+      cp_async16(&sA(r, col, stage), ok ? A + size_t(m0 + r) * K + kb + col : A, ok);
+    }
+#pragma unroll
+    for (int j = 0; j < G::kBLoads; ++j) {
+      const int c = tid + j * G::kThreads, r = c / (BN / 8), col = (c % (BN / 8)) * 8;
+      const bool ok = kb + r < K && n0 + col < N;
+      cp_async16(&sB(col, r, stage), ok ? B + size_t(kb + r) * N + n0 + col : B, ok);
+    }
+  };
+
+  // Copies run STAGES - 2 K steps ahead: the stage being refilled was read by the wgmma batch two steps back,
+  // which every warpgroup has waited for before the barrier that precedes the refill.
+#pragma unroll
+  for (int s = 0; s < STAGES - 2; ++s) {
+    if (s < nk) load_stage(s, kt0 + s);
+    cp_async_commit();
+  }
+  for (int i = 0; i < nk; ++i) {
+    cp_async_wait<STAGES - 3>();  // this thread's copies of K step i have landed
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");  // ... and are visible to the tensor cores
+    __syncthreads();  // ... every thread's; and every warpgroup is done with K step i - 2
+    if (i + STAGES - 2 < nk) load_stage((i + STAGES - 2) % STAGES, kt0 + i + STAGES - 2);
+    cp_async_commit();
+    const int stage = i % STAGES;
+    warpgroup_fence_operand(acc);
+    warpgroup_arrive();
+    gemm(mma, tCrA(_, _, _, stage), tCrB(_, _, _, stage), acc);
+    warpgroup_commit_batch();
+    warpgroup_wait<1>();  // K step i - 1 is done; step i may still run
+    warpgroup_fence_operand(acc);
+  }
+  warpgroup_wait<0>();
+  warpgroup_fence_operand(acc);
+
+  // Push the partial rows to their owners (as in the mma.sync kernel), then each owner sums its rows.
+  float* recv = reinterpret_cast<float*>(smem + G::kPipeBytes);
+  const int rows_per = BM / splits;  // splits <= 16 <= BM, both powers of two
+  Tensor coord = thr.partition_C(make_identity_tensor(Shape<Int<BM>, Int<BN>>{}));  // (row, column) of each value
+  asm volatile("barrier.cluster.wait.aligned;\n" ::: "memory");  // every block of the cluster has started
+#pragma unroll
+  for (int v = 0; v < size(acc); v += 2) {  // values 2j and 2j + 1 are neighbours in one row
+    const int r = get<0>(coord(v)), c = get<1>(coord(v));
+    float* slot = cluster.map_shared_rank(recv, r / rows_per) + (rank * rows_per + r % rows_per) * G::kRStride;
+    *reinterpret_cast<float2*>(slot + c) = make_float2(acc(v), acc(v + 1));
+  }
+  cluster.sync();  // every partial has landed in its owner's shared memory; nothing remote is touched after
+  sum_own_rows<T, BN, G::kThreads, G::kRStride>(recv, rows_per, splits, rank, C, M, N, m0, n0, tid);
+}
+#endif  // KR_WGMMA
+
 template <typename T>
 struct Config {
+#if KR_WGMMA
+  static constexpr auto kernel = cluster_splitk_wg<T, KR_BM, KR_BN, KR_BK, KR_STAGES>;
+  using G = WgGeometry<T, KR_BM, KR_BN, KR_BK, KR_STAGES>;
+#else
   static constexpr auto kernel = cluster_splitk<T, KR_BM, KR_BN, KR_BK, KR_STAGES, KR_WM, KR_WN>;
   using G = Geometry<KR_BM, KR_BN, KR_BK, KR_STAGES, KR_WM, KR_WN>;
+#endif
 
   static cudaError_t prepare() {  // per device: shared memory above 48 KiB, clusters above 8
     int dev = 0;
