@@ -201,23 +201,27 @@ def part_noise(res: dict, deadline: float) -> None:
         del gs, g2, inp, inp2
 
 
-CLUSTERK_VARIANTS = {  # label: (bm, bn, bk, stages, warps along M, warps along N, push, L2 hint, wgmma)
-    "64x64x128_s3_2x2_pull_nohint": (64, 64, 128, 3, 2, 2, 0, 0, 0),  # as first measured in the search
-    "64x64x128_s3_2x2_nohint": (64, 64, 128, 3, 2, 2, 1, 0, 0),
-    "64x64x128_s3_2x2": (64, 64, 128, 3, 2, 2, 1, 1, 0),
-    "64x64x128_s4_2x2": (64, 64, 128, 4, 2, 2, 1, 1, 0),
-    "64x64x64_s6_2x2": (64, 64, 64, 6, 2, 2, 1, 1, 0),
-    "64x64x64_s4_2x4": (64, 64, 64, 4, 2, 4, 1, 1, 0),
-    "64x64x32_s8_2x2": (64, 64, 32, 8, 2, 2, 1, 1, 0),
-    "128x128x64_s3_2x4_pull_nohint": (128, 128, 64, 3, 2, 4, 0, 0, 0),
-    "128x128x64_s3_2x4": (128, 128, 64, 3, 2, 4, 1, 1, 0),
-    "128x128x64_s4_2x4": (128, 128, 64, 4, 2, 4, 1, 1, 0),
+CLUSTERK_VARIANTS = {  # label: (bm, bn, bk, stages, warps along M, warps along N, push, L2 hint, wgmma,
+    # proxy fence)
+    "64x64x128_s3_2x2_pull_nohint": (64, 64, 128, 3, 2, 2, 0, 0, 0, 1),  # as first measured in the search
+    "64x64x128_s3_2x2_nohint": (64, 64, 128, 3, 2, 2, 1, 0, 0, 1),
+    "64x64x128_s3_2x2": (64, 64, 128, 3, 2, 2, 1, 1, 0, 1),
+    "64x64x128_s4_2x2": (64, 64, 128, 4, 2, 2, 1, 1, 0, 1),
+    "64x64x64_s6_2x2": (64, 64, 64, 6, 2, 2, 1, 1, 0, 1),
+    "64x64x64_s4_2x4": (64, 64, 64, 4, 2, 4, 1, 1, 0, 1),
+    "64x64x32_s8_2x2": (64, 64, 32, 8, 2, 2, 1, 1, 0, 1),
+    "128x128x64_s3_2x4_pull_nohint": (128, 128, 64, 3, 2, 4, 0, 0, 0, 1),
+    "128x128x64_s3_2x4": (128, 128, 64, 3, 2, 4, 1, 1, 0, 1),
+    "128x128x64_s4_2x4": (128, 128, 64, 4, 2, 4, 1, 1, 0, 1),
     # the wgmma main loop (one warpgroup per 64 rows)
-    "64x64x64_s4_wg": (64, 64, 64, 4, 4, 1, 1, 1, 1),
-    "64x64x64_s8_wg": (64, 64, 64, 8, 4, 1, 1, 1, 1),
-    "64x64x128_s4_wg": (64, 64, 128, 4, 4, 1, 1, 1, 1),
-    "64x128x64_s6_wg": (64, 128, 64, 6, 4, 1, 1, 1, 1),
-    "128x128x64_s4_wg": (128, 128, 64, 4, 8, 1, 1, 1, 1),
+    "64x64x64_s4_wg": (64, 64, 64, 4, 4, 1, 1, 1, 1, 1),
+    "64x64x64_s8_wg": (64, 64, 64, 8, 4, 1, 1, 1, 1, 1),
+    "64x64x128_s4_wg": (64, 64, 128, 4, 4, 1, 1, 1, 1, 1),
+    "64x128x64_s6_wg": (64, 128, 64, 6, 4, 1, 1, 1, 1, 1),
+    "128x128x64_s4_wg": (128, 128, 64, 4, 8, 1, 1, 1, 1, 1),
+    "64x64x128_s6_wg": (64, 64, 128, 6, 4, 1, 1, 1, 1, 1),
+    "64x64x64_s8_wg_nofence": (64, 64, 64, 8, 4, 1, 1, 1, 1, 0),
+    "64x64x128_s6_wg_nofence": (64, 64, 128, 6, 4, 1, 1, 1, 1, 0),
 }
 # --clusterk-variants: the labels to build and time (all by default)
 CLUSTERK_SHAPES = [(64, 64, 2048), (64, 64, 4096), (64, 64, 16384), (128, 128, 8192), (512, 512, 4096),
@@ -233,11 +237,11 @@ def build_clusterk_variants(labels: list[str] | None = None):
     from kernelrl.gemm import build as b
 
     def command(label: str) -> list[str]:  # called only for an object not built yet
-        bm, bn, bk, st, wm, wn, push, hint, wg = CLUSTERK_VARIANTS[label]
+        bm, bn, bk, st, wm, wn, push, hint, wg, fence = CLUSTERK_VARIANTS[label]
         cute = ["--expt-relaxed-constexpr", *[f"-I{p}" for p in b.cutlass_include_dirs()]] if wg else []
         return ["nvcc", *b.SM90_FLAGS, *cute, f"-DKR_NAME=probe_{label}", f"-DKR_BM={bm}", f"-DKR_BN={bn}",
                 f"-DKR_BK={bk}", f"-DKR_STAGES={st}", f"-DKR_WM={wm}", f"-DKR_WN={wn}", f"-DKR_PUSH={push}",
-                f"-DKR_L2_HINT={hint}", f"-DKR_WGMMA={wg}", "-c", str(b.CK_SOURCE)]
+                f"-DKR_L2_HINT={hint}", f"-DKR_WGMMA={wg}", f"-DKR_PROXY_FENCE={fence}", "-c", str(b.CK_SOURCE)]
 
     variants = {lab: v for lab, v in CLUSTERK_VARIANTS.items() if not labels or lab in labels}
     objects = {f"probe_{lab}": functools.partial(command, lab) for lab in variants}

@@ -309,8 +309,8 @@ CLUSTERK_TILES: tuple[ClusterKConfig, ...] = (
     ClusterKConfig(128, 64, 64, 4, 4), ClusterKConfig(128, 128, 64, 3, 8),
     # the wgmma main loop: one warpgroup per 64 rows, deeper pipelines (no padding, no register fragments)
     ClusterKConfig(64, 64, 64, 8, 4, wgmma=True), ClusterKConfig(64, 64, 128, 4, 4, wgmma=True),
-    ClusterKConfig(64, 128, 64, 6, 4, wgmma=True), ClusterKConfig(128, 64, 64, 6, 8, wgmma=True),
-    ClusterKConfig(128, 128, 64, 4, 8, wgmma=True),
+    ClusterKConfig(64, 64, 128, 6, 4, wgmma=True), ClusterKConfig(64, 128, 64, 6, 4, wgmma=True),
+    ClusterKConfig(128, 64, 64, 6, 8, wgmma=True), ClusterKConfig(128, 128, 64, 4, 8, wgmma=True),
 )
 CLUSTERK_MAX_SPLITS = 16  # the largest (non-portable) cluster Hopper places
 CLUSTERK_REDUCE_US = 0.15  # cost model: one more block's partials exchanged over distributed shared memory

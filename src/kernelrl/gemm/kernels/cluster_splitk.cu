@@ -21,6 +21,7 @@
 // block store its partial rows straight into the shared memory of the block that owns them (one barrier,
 // remote stores only); KR_PUSH=0 has each owner load its rows from every block after a barrier (remote
 // loads, a second barrier). KR_L2_HINT=1 (default) asks L2 to fetch 128-byte lines for the 16-byte copies.
+// KR_PROXY_FENCE=1 (default) fences the landed copies (generic proxy) before wgmma reads them (async proxy).
 #include <cooperative_groups.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -44,6 +45,9 @@
 #ifndef KR_L2_HINT
 #define KR_L2_HINT 1
 #endif
+#ifndef KR_PROXY_FENCE
+#define KR_PROXY_FENCE 1
+#endif
 
 namespace cg = cooperative_groups;
 
@@ -53,15 +57,17 @@ __device__ __forceinline__ uint32_t smem_addr(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
 
-// 16 bytes global -> shared, bypassing L1; zero-filled (nothing read) when `pred` is false.
-__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool pred) {
+// 16 bytes global -> shared (address in the shared window), bypassing L1; zero-filled (nothing read) when
+// `pred` is false.
+__device__ __forceinline__ void cp_async16_to(uint32_t dst, const void* src, bool pred) {
 #if KR_L2_HINT
-  asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
-               "r"(pred ? 16 : 0));
+  asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(pred ? 16 : 0));
 #else
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
-               "r"(pred ? 16 : 0));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(pred ? 16 : 0));
 #endif
+}
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool pred) {
+  cp_async16_to(smem_addr(dst), src, pred);
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N>
@@ -365,20 +371,42 @@ __global__ void __launch_bounds__(BM / 64 * 128)
   clear(acc);
 
   // The copies of one K step: 16-byte chunks (8 elements along K for A, along N for B, which the swizzle keeps
-  // together) placed where the swizzled layouts put them.
-  auto load_stage = [&](int stage, int kt) {
-    const int kb = kt * BK;
+  // together) placed where the swizzled layouts put them. A thread copies the same column chunk of the same
+  // rows in every K step, so its shared-memory offsets (stage 0; a stage is a whole number of swizzle
+  // repeats further) and its row checks are worked out once, and its global pointers only advance.
+  constexpr int kAStep = G::kThreads / (BK / 8), kBStep = G::kThreads / (BN / 8);  // rows between its chunks
+  static_assert(G::kThreads % (BK / 8) == 0 && G::kThreads % (BN / 8) == 0, "a fixed column per thread");
+  constexpr uint32_t kAStage = BM * BK * 2, kBStage = BK * BN * 2;  // bytes
+  static_assert(kAStage % G::kAlign == 0 && kBStage % G::kAlign == 0, "stages keep the swizzle phase");
+  const int a_r0 = tid / (BK / 8), a_col = (tid % (BK / 8)) * 8;
+  const int b_r0 = tid / (BN / 8), b_col = (tid % (BN / 8)) * 8;
+  uint32_t a_dst[G::kALoads], b_dst[G::kBLoads], a_rows = 0;  // bit j of a_rows: chunk j's row is inside A
+#pragma unroll
+  for (int j = 0; j < G::kALoads; ++j) {
+    a_dst[j] = smem_addr(&sA(a_r0 + j * kAStep, a_col, 0));
+    a_rows |= uint32_t(m0 + a_r0 + j * kAStep < M) << j;
+  }
+#pragma unroll
+  for (int j = 0; j < G::kBLoads; ++j) b_dst[j] = smem_addr(&sB(b_col, b_r0 + j * kBStep, 0));
+  const bool b_col_ok = n0 + b_col < N;
+  const T* a_src = A + size_t(m0 + a_r0) * K + size_t(kt0) * BK + a_col;  // chunk 0 of K step 0
+  const T* b_src = B + (size_t(kt0) * BK + b_r0) * N + n0 + b_col;
+  const size_t a_jump = size_t(kAStep) * K, b_jump = size_t(kBStep) * N;  // between a thread's chunks
+
+  auto load_stage = [&](int stage, int i) {  // K step i of this block's slice
+    const int kb = (kt0 + i) * BK;
+    const bool a_k_ok = kb + a_col < K;  // K % 8 == 0: a 16-byte chunk is all in or all out
+    const T* a_i = a_src + size_t(i) * BK;
+    const T* b_i = b_src + size_t(i) * BK * N;
 #pragma unroll
     for (int j = 0; j < G::kALoads; ++j) {
-      const int c = tid + j * G::kThreads, r = c / (BK / 8), col = (c % (BK / 8)) * 8;
-      const bool ok = m0 + r < M && kb + col < K;  // K % 8 == 0: a 16-byte chunk is all in or all out
-      cp_async16(&sA(r, col, stage), ok ? A + size_t(m0 + r) * K + kb + col : A, ok);
+      const bool ok = a_k_ok && ((a_rows >> j) & 1);
+      cp_async16_to(a_dst[j] + stage * kAStage, ok ? a_i + j * a_jump : A, ok);
     }
 #pragma unroll
     for (int j = 0; j < G::kBLoads; ++j) {
-      const int c = tid + j * G::kThreads, r = c / (BN / 8), col = (c % (BN / 8)) * 8;
-      const bool ok = kb + r < K && n0 + col < N;
-      cp_async16(&sB(col, r, stage), ok ? B + size_t(kb + r) * N + n0 + col : B, ok);
+      const bool ok = b_col_ok && kb + b_r0 + j * kBStep < K;
+      cp_async16_to(b_dst[j] + stage * kBStage, ok ? b_i + j * b_jump : B, ok);
     }
   };
 
@@ -391,7 +419,9 @@ __global__ void __launch_bounds__(BM / 64 * 128)
   }
   for (int i = 0; i < nk; ++i) {
     cp_async_wait<STAGES - 3>();  // this thread's copies of K step i have landed
+#if KR_PROXY_FENCE
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");  // ... and are visible to the tensor cores
+#endif
     __syncthreads();  // ... every thread's; and every warpgroup is done with K step i - 2
     if (i + STAGES - 2 < nk) load_stage((i + STAGES - 2) % STAGES, kt0 + i + STAGES - 2);
     cp_async_commit();
