@@ -414,7 +414,7 @@ __global__ void __launch_bounds__(BM / 64 * 128)
   // which every warpgroup has waited for before the barrier that precedes the refill.
 #pragma unroll
   for (int s = 0; s < STAGES - 2; ++s) {
-    if (s < nk) load_stage(s, kt0 + s);
+    if (s < nk) load_stage(s, s);
     cp_async_commit();
   }
   for (int i = 0; i < nk; ++i) {
@@ -423,7 +423,7 @@ __global__ void __launch_bounds__(BM / 64 * 128)
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");  // ... and are visible to the tensor cores
 #endif
     __syncthreads();  // ... every thread's; and every warpgroup is done with K step i - 2
-    if (i + STAGES - 2 < nk) load_stage((i + STAGES - 2) % STAGES, kt0 + i + STAGES - 2);
+    if (i + STAGES - 2 < nk) load_stage((i + STAGES - 2) % STAGES, i + STAGES - 2);
     cp_async_commit();
     const int stage = i % STAGES;
     warpgroup_fence_operand(acc);
