@@ -519,6 +519,44 @@ def test_summary_computes_the_goal_numbers(tmp_path):
     assert s.goal_met()["vs_torch"] and s.goal_met()["vs_autotune"]
 
 
+def test_median_interval_is_distribution_free_and_paired_ratios_cancel_shared_drift():
+    from kernelrl.gemm.timing import median_ci, paired_ratio_ci
+
+    xs = list(range(1, 22))  # 21 values: P(Bin(21, 1/2) <= 5) = 0.013, <= 6: 0.039 -> x(6) and x(16)
+    assert median_ci(xs) == (6, 16)
+    assert median_ci(list(range(1, 12))) == (2, 10)  # 11 values: x(2), x(10)
+    assert median_ci([3.0, 1.0, 2.0]) == (1.0, 3.0)  # too few for 95%: the whole range
+    # the clock drifts from round to round; both implementations see it, so the paired ratio stays put
+    drift = [1.0, 1.3, 0.9, 1.1, 1.25, 0.95, 1.2, 1.05, 0.92, 1.15, 1.0]
+    slow, fast = [10.0 * d for d in drift], [9.0 * d for d in drift]
+    med, lo, hi = paired_ratio_ci(slow, fast)
+    assert med == pytest.approx(10 / 9) and lo == pytest.approx(10 / 9) and hi == pytest.approx(10 / 9)
+    assert median_ci([s / f for s, f in zip(sorted(slow), fast)])[1] > 1.2  # unpaired: the drift shows
+    with pytest.raises(ValueError, match="differ in length"):
+        paired_ratio_ci([1.0], [1.0, 2.0])
+
+
+def test_report_counts_shapes_measurably_below_the_floor(tmp_path):
+    rows = read_rows(_csv(tmp_path, speedup=1.2))
+    assert summarise(rows).surely_below_098 is None  # no intervals in the file: not claimed either way
+    rows[0]["kernelrl_us"] = str(float(rows[0]["torch_us"]) / 0.95)  # 0.95x ...
+    rows[0].update(speedup_ci_lo="0.94", speedup_ci_hi="0.99")  # ... but the interval reaches above 0.98
+    rows[1].update(speedup_ci_lo="0.90", speedup_ci_hi="0.97", control_ci_lo="0.97", control_ci_hi="1.01")
+    rows[2].update(speedup_ci_lo="1.1", speedup_ci_hi="1.3")
+    s = summarise(rows)
+    assert s.below_098 == 1 and s.surely_below_098 == 1 and s.control_surely_below_098 == 0
+    assert "Measurably below 0.98x" in markdown(rows)
+
+
+def test_a_benchmark_file_with_other_columns_is_not_appended_to(tmp_path):
+    from kernelrl.gemm.bench import bench
+
+    old = tmp_path / "old.csv"
+    old.write_text("m,n,k,dtype,torch_us\n64,64,64,fp16,2.0\n")
+    with pytest.raises(ValueError, match="--fresh-bench"):
+        bench([Shape(64, 64, 128)], {}, None, old)
+
+
 def test_report_says_when_a_goal_is_not_met(tmp_path):
     md = markdown(read_rows(_csv(tmp_path, speedup=1.01)))
     assert "**not met**" in md and "1.010" in md

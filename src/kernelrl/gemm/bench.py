@@ -26,7 +26,8 @@ EAGER_MODES = ("offline", "cold", "server", "latency", "host")
 def columns() -> list[str]:
     cols = ["m", "n", "k", "dtype", "torch_us", "cublaslt_heuristic_us", "cublaslt_autotune_us", "kernelrl_us",
             "torch_control_us",
-            "kernel", "rel_err", "torch_rel_err", "cublaslt_autotune_kernel"]
+            "kernel", "rel_err", "torch_rel_err", "cublaslt_autotune_kernel",
+            "speedup_ci_lo", "speedup_ci_hi", "control_ci_lo", "control_ci_hi"]
     cols += [f"{impl}_{mode}_us" for mode in EAGER_MODES for impl in IMPLS]
     return cols
 
@@ -63,9 +64,14 @@ def bench_shape(s: Shape, dtype: torch.dtype, record: dict, disp: Dispatcher, fl
     # the primary figure: graph replay, the implementations' replays interleaved; torch.matmul timed a second
     # time as its own control, so that the spread between two identical programs shows the noise floor
     graphed = {**impls, "torch_control": (torch.matmul, False)}
-    rounds = 11 if est > 2000 else (15 if est > 50 else 31)  # short kernels: more rounds against replay noise
-    for impl, us in tm.time_graphs(graphed, inp, calls, rounds, rng).items():
+    rounds = 21 if est > 50 else 31  # short kernels: more rounds against replay noise
+    per_round: dict[str, list[float]] = {}
+    for impl, us in tm.time_graphs(graphed, inp, calls, rounds, rng, per_round).items():
         row[f"{impl}_us"] = us
+    # 95% intervals of torch's time over kernelrl's (and over the control's), paired within each round: a shape
+    # whose whole interval lies below 0.98 is measurably slower, not just unlucky in its medians
+    _, row["speedup_ci_lo"], row["speedup_ci_hi"] = tm.paired_ratio_ci(per_round["torch"], per_round["kernelrl"])
+    _, row["control_ci_lo"], row["control_ci_hi"] = tm.paired_ratio_ci(per_round["torch"], per_round["torch_control"])
     order = list(impls)
     rng.shuffle(order)
     for impl in order:
@@ -85,7 +91,11 @@ def bench(shapes: list[Shape], records: dict[tuple, dict], disp: Dispatcher, out
     done = set()
     if out.is_file():
         with out.open() as f:
-            done = {(int(r["m"]), int(r["n"]), int(r["k"]), r["dtype"]) for r in csv.DictReader(f)}
+            reader = csv.DictReader(f)
+            if reader.fieldnames and reader.fieldnames != columns():
+                raise ValueError(f"{out} was written with other columns than this benchmark writes: benchmark "
+                                 "every shape afresh into a new file (gemm_device.py --fresh-bench)")
+            done = {(int(r["m"]), int(r["n"]), int(r["k"]), r["dtype"]) for r in reader}
     todo = sorted((s for s in shapes if (s.m, s.n, s.k, dtype) not in done and (s.m, s.n, s.k, dtype) in records),
                   key=estimate_torch_us)
     new = not out.is_file()

@@ -82,9 +82,11 @@ def time_graph(fn, inp: Inputs, calls: int, replays: int = 5, out: bool = True) 
 
 
 def time_graphs(fns: dict[str, tuple], inp: Inputs, calls: int, rounds: int = 10,
-                rng: random.Random | None = None) -> dict[str, float]:
+                rng: random.Random | None = None, per_round: dict | None = None) -> dict[str, float]:
     """Like time_graph for several implementations ({name: (fn, takes_out)}), their replays interleaved in a
-    shuffled order each round so that clock and temperature drift hit all alike; median per call, us."""
+    shuffled order each round so that clock and temperature drift hit all alike; median per call, us.
+    `per_round`, if given, receives each name's per-call time in every round, in round order (for ratios
+    paired within a round: `paired_ratio_ci`)."""
     rng = rng or random.Random(0)
     graphs = {}
     for name, (fn, out) in fns.items():
@@ -107,9 +109,39 @@ def time_graphs(fns: dict[str, tuple], inp: Inputs, calls: int, rounds: int = 10
             e1.record()
             samples[n].append((e0, e1))
     torch.cuda.synchronize()
-    res = {n: statistics.median(e0.elapsed_time(e1) * 1e3 / calls for e0, e1 in ev) for n, ev in samples.items()}
+    times = {n: [e0.elapsed_time(e1) * 1e3 / calls for e0, e1 in ev] for n, ev in samples.items()}
+    if per_round is not None:
+        per_round.update(times)
     del graphs
-    return res
+    return {n: statistics.median(v) for n, v in times.items()}
+
+
+def median_ci(values: list[float], conf: float = 0.95) -> tuple[float, float]:
+    """A distribution-free confidence interval for the median: the order statistics x(j) and x(n+1-j) with
+    the largest j whose binomial tail P(Bin(n, 1/2) < j) stays within (1 - conf) / 2. Replay times are
+    multimodal, so no normal approximation. Fewer than 6 values: their whole range."""
+    xs = sorted(values)
+    n = len(xs)
+    if n == 0:
+        return math.nan, math.nan
+    tail, j = 0.0, 0
+    while j < n // 2:
+        nxt = tail + math.comb(n, j) / 2 ** n  # P(Bin(n, 1/2) <= j)
+        if nxt > (1 - conf) / 2:
+            break
+        tail, j = nxt, j + 1
+    j = max(j, 1)
+    return xs[j - 1], xs[n - j]
+
+
+def paired_ratio_ci(num: list[float], den: list[float], conf: float = 0.95) -> tuple[float, float, float]:
+    """(median, low, high) of the ratios num[i] / den[i] of two implementations timed in the same rounds
+    (e.g. torch's time over kernelrl's: a speedup). Pairing within a round cancels the drift both saw."""
+    if len(num) != len(den):
+        raise ValueError(f"paired samples differ in length: {len(num)} and {len(den)}")
+    ratios = [a / b for a, b in zip(num, den)]
+    lo, hi = median_ci(ratios, conf)
+    return (statistics.median(ratios) if ratios else math.nan), lo, hi
 
 
 def _call(fn, inp: Inputs, i: int, out: bool):
