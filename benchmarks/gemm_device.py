@@ -166,9 +166,9 @@ def main() -> None:
     finally:
         with work.open("rb") as src, gzip.open(OUT / "gemm_tune_h200.jsonl.gz", "wb") as dst:
             shutil.copyfileobj(src, dst)
-        tar = OUT / "gemm_triton_cache.tar.gz"
-        with tarfile.open(tar, "w:gz") as t:
-            t.add(os.environ["TRITON_CACHE_DIR"], arcname="triton")
+        if Path(os.environ["TRITON_CACHE_DIR"]).is_dir():  # nothing compiled, nothing cached
+            with tarfile.open(OUT / "gemm_triton_cache.tar.gz", "w:gz") as t:
+                t.add(os.environ["TRITON_CACHE_DIR"], arcname="triton")
     records = read_records(work)
     meta = {**env, "source": "benchmarks/results/gemm_tune_h200.jsonl.gz", "shapes": len(records)}
     table = from_records(records, meta)
