@@ -195,11 +195,13 @@ def markdown(rows: list[dict], plots: list[Path] = ()) -> str:
         lines.append(f"| {fam} | {len(rs)} | {geomean(speedups(rs)):.3f} | "
                      f"{geomean(speedups(rs, over='cublaslt_autotune')):.3f} |")
     worst = sorted(rows, key=lambda r: _f(r, "torch_us") / _f(r, "kernelrl_us"))[:10]
-    lines += ["", "## The ten worst shapes (graph mode)", "", "| m | n | k | torch us | kernelrl us | kernel |",
-              "|---|---|---|---|---|---|"]
+    lines += ["", "## The ten worst shapes (graph mode)", "",
+              "| m | n | k | torch us | kernelrl us | speedup, 95% interval (paired) | kernel |",
+              "|---|---|---|---|---|---|---|"]
     for r in worst:
+        ci = f"{_f(r, 'speedup_ci_lo'):.3f}–{_f(r, 'speedup_ci_hi'):.3f}" if r.get("speedup_ci_hi") else "–"
         lines.append(f"| {r['m']} | {r['n']} | {r['k']} | {_f(r, 'torch_us'):.2f} | {_f(r, 'kernelrl_us'):.2f} | "
-                     f"{r['kernel'][:60]} |")
+                     f"{ci} | {r['kernel'][:60]} |")
     for p in plots:
         lines += ["", f"![{p.stem}]({p.name})"]
     return "\n".join(lines) + "\n"
