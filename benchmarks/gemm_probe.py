@@ -235,13 +235,13 @@ def build_clusterk_variants(labels: list[str] | None = None):
     import ctypes
 
     from kernelrl.gemm import build as b
+    from kernelrl.gemm.space import ClusterKConfig
 
     def command(label: str) -> list[str]:  # called only for an object not built yet
         bm, bn, bk, st, wm, wn, push, hint, wg, fence = CLUSTERK_VARIANTS[label]
-        cute = ["--expt-relaxed-constexpr", *[f"-I{p}" for p in b.cutlass_include_dirs()]] if wg else []
-        return ["nvcc", *b.SM90_FLAGS, *cute, f"-DKR_NAME=probe_{label}", f"-DKR_BM={bm}", f"-DKR_BN={bn}",
-                f"-DKR_BK={bk}", f"-DKR_STAGES={st}", f"-DKR_WM={wm}", f"-DKR_WN={wn}", f"-DKR_PUSH={push}",
-                f"-DKR_L2_HINT={hint}", f"-DKR_WGMMA={wg}", f"-DKR_PROXY_FENCE={fence}", "-c", str(b.CK_SOURCE)]
+        return b.clusterk_command(ClusterKConfig(bm, bn, bk, st, wm * wn, wgmma=bool(wg)), {
+            "KR_NAME": f"probe_{label}", "KR_WM": wm, "KR_WN": wn, "KR_PUSH": push, "KR_L2_HINT": hint,
+            "KR_PROXY_FENCE": fence})
 
     variants = {lab: v for lab, v in CLUSTERK_VARIANTS.items() if not labels or lab in labels}
     objects = {f"probe_{lab}": functools.partial(command, lab) for lab in variants}

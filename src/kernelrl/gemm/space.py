@@ -190,10 +190,8 @@ class ClusterKConfig(_Tile):
     @classmethod
     def parse(cls, name: str) -> "ClusterKConfig":
         """Inverse of `name`; the tile must be one of CLUSTERK_TILES."""
-        body = name.split(":", 1)[-1]
-        wgmma = "_wg/" in body
         try:
-            cfg = cls(*_tile_split_fields(name.replace("_wg/", "/"), "c"), wgmma=wgmma)
+            cfg = cls(*_tile_split_fields(name.replace("_wg/", "/"), "c"), wgmma="_wg/" in name)
         except (ValueError, IndexError) as e:
             raise ValueError(f"malformed cluster split-K kernel name {name!r}: expected "
                              "clusterk:<BM>x<BN>x<BK>_s<stages>_w<warps>[_wg]/c<splits>") from e

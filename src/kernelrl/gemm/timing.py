@@ -119,7 +119,8 @@ def time_graphs(fns: dict[str, tuple], inp: Inputs, calls: int, rounds: int = 10
 def median_ci(values: list[float], conf: float = 0.95) -> tuple[float, float]:
     """A distribution-free confidence interval for the median: the order statistics x(j) and x(n+1-j) with
     the largest j whose binomial tail P(Bin(n, 1/2) < j) stays within (1 - conf) / 2. Replay times are
-    multimodal, so no normal approximation. Fewer than 6 values: their whole range."""
+    multimodal, so no normal approximation. Where no j >= 1 qualifies (8 values or fewer at 95%), the whole
+    range; below 6 values even that covers the median with less than `conf`."""
     xs = sorted(values)
     n = len(xs)
     if n == 0:

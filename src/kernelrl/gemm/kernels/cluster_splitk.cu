@@ -48,6 +48,9 @@
 #ifndef KR_PROXY_FENCE
 #define KR_PROXY_FENCE 1
 #endif
+#if KR_WGMMA && !KR_PUSH
+#error "the wgmma main loop pushes its partials (KR_PUSH=1)"
+#endif
 
 namespace cg = cooperative_groups;
 
@@ -88,6 +91,22 @@ __device__ __forceinline__ void store4(T* dst, float4 v) {
     pair[1] = __floats2bfloat162_rn(v.z, v.w);
   }
   *reinterpret_cast<uint2*>(dst) = *reinterpret_cast<const uint2*>(pair);
+}
+
+// What one block of a cluster computes: its cluster's output tile (row m0, column n0) over K steps
+// [kt0, kt0 + nk) of BK, the rank-th of `splits` even slices (nk may be 0: the block then adds zeros).
+struct Share {
+  int splits, rank, m0, n0, kt0, nk;
+};
+template <int BM, int BN, int BK>
+__device__ __forceinline__ Share block_share(const cg::cluster_group& cluster, int K, int tiles_n) {
+  const int splits = static_cast<int>(cluster.num_blocks());
+  const int rank = static_cast<int>(cluster.block_rank());
+  const int k_tiles = (K + BK - 1) / BK;
+  const int per_rank = (k_tiles + splits - 1) / splits;
+  const int kt0 = min(k_tiles, rank * per_rank);
+  return {splits, rank, int(blockIdx.y / tiles_n) * BM, int(blockIdx.y % tiles_n) * BN, kt0,
+          min(k_tiles, kt0 + per_rank) - kt0};
 }
 
 // After the partials have landed (KR_PUSH): block `rank` sums the rows it owns over the `splits` slots of its
@@ -187,13 +206,7 @@ __global__ void __launch_bounds__(WM* WN * 32)
   T* sB = sA + STAGES * G::kATile;
 
   cg::cluster_group cluster = cg::this_cluster();
-  const int splits = static_cast<int>(cluster.num_blocks());
-  const int rank = static_cast<int>(cluster.block_rank());
-  const int m0 = (blockIdx.y / tiles_n) * BM, n0 = (blockIdx.y % tiles_n) * BN;
-  const int k_tiles = (K + BK - 1) / BK;
-  const int per_rank = (k_tiles + splits - 1) / splits;
-  const int kt0 = min(k_tiles, rank * per_rank);
-  const int nk = min(k_tiles, kt0 + per_rank) - kt0;  // may be 0: this block then adds zeros
+  const auto [splits, rank, m0, n0, kt0, nk] = block_share<BM, BN, BK>(cluster, K, tiles_n);
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int wm = warp / WN, wn = warp % WN;
@@ -352,13 +365,7 @@ __global__ void __launch_bounds__(BM / 64 * 128)
   Tensor sB = make_tensor(make_smem_ptr(b_base), typename G::SmemB{});  // (BN, BK, STAGES)
 
   cg::cluster_group cluster = cg::this_cluster();
-  const int splits = static_cast<int>(cluster.num_blocks());
-  const int rank = static_cast<int>(cluster.block_rank());
-  const int m0 = (blockIdx.y / tiles_n) * BM, n0 = (blockIdx.y % tiles_n) * BN;
-  const int k_tiles = (K + BK - 1) / BK;
-  const int per_rank = (k_tiles + splits - 1) / splits;
-  const int kt0 = min(k_tiles, rank * per_rank);
-  const int nk = min(k_tiles, kt0 + per_rank) - kt0;  // may be 0: this block then adds zeros
+  const auto [splits, rank, m0, n0, kt0, nk] = block_share<BM, BN, BK>(cluster, K, tiles_n);
   const int tid = threadIdx.x;
   // Shared memory of another block may be written only once that block runs: arrive now, wait before pushing.
   asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");
