@@ -80,6 +80,11 @@ class _Tile:
         """`<BM>x<BN>x<BK>_s<stages>_w<warps>`, the tile part of a kernel name."""
         return f"{self.bm}x{self.bn}x{self.bk}_s{self.stages}_w{self.warps}"
 
+    @property
+    def smem_bytes(self) -> int:
+        """Shared memory of the unpadded 16-bit pipeline, bytes."""
+        return 2 * self.stages * (self.bm * self.bk + self.bk * self.bn)
+
 
 @dataclass(frozen=True)
 class TiledConfig(_Tile):
@@ -88,10 +93,6 @@ class TiledConfig(_Tile):
     @property
     def name(self) -> str:
         return f"tiled:{self.tile}"
-
-    @property
-    def smem_bytes(self) -> int:
-        return 2 * self.stages * (self.bm * self.bk + self.bk * self.bn)
 
     @classmethod
     def parse(cls, name: str) -> "TiledConfig":
@@ -112,10 +113,6 @@ class SplitKConfig(_Tile):
     @property
     def name(self) -> str:
         return f"splitk:{self.tile}/k{self.splits}"
-
-    @property
-    def smem_bytes(self) -> int:
-        return 2 * self.stages * (self.bm * self.bk + self.bk * self.bn)
 
     def with_splits(self, splits: int) -> "SplitKConfig":
         return replace(self, splits=splits)

@@ -342,8 +342,8 @@ struct WgGeometry {
                                  cute::GMMA::Major::K, cute::GMMA::Major::MN>(),
       cute::Layout<cute::Shape<cute::Int<kWarpgroups>, cute::_1, cute::_1>>{}));
   static constexpr int kRStride = BN + 4;
-  static constexpr size_t kABytes = size_t(STAGES) * BM * BK * 2, kBBytes = size_t(STAGES) * BK * BN * 2;
-  static constexpr size_t kPipeBytes = kABytes + kBBytes;
+  static constexpr uint32_t kAStage = BM * BK * 2, kBStage = BK * BN * 2;  // bytes of one stage
+  static constexpr size_t kABytes = size_t(STAGES) * kAStage, kPipeBytes = kABytes + size_t(STAGES) * kBStage;
   static constexpr size_t kAlign = 1024;  // a 128-byte swizzle repeats every 1024 bytes: its atoms start there
   static constexpr size_t kSmemBytes = kAlign + kPipeBytes + size_t(BM) * kRStride * 4;
   static constexpr int kALoads = BM * BK / 8 / kThreads, kBLoads = BK * BN / 8 / kThreads;  // per thread
@@ -383,7 +383,7 @@ __global__ void __launch_bounds__(BM / 64 * 128)
   // repeats further) and its row checks are worked out once, and its global pointers only advance.
   constexpr int kAStep = G::kThreads / (BK / 8), kBStep = G::kThreads / (BN / 8);  // rows between its chunks
   static_assert(G::kThreads % (BK / 8) == 0 && G::kThreads % (BN / 8) == 0, "a fixed column per thread");
-  constexpr uint32_t kAStage = BM * BK * 2, kBStage = BK * BN * 2;  // bytes
+  constexpr uint32_t kAStage = G::kAStage, kBStage = G::kBStage;
   static_assert(kAStage % G::kAlign == 0 && kBStage % G::kAlign == 0, "stages keep the swizzle phase");
   const int a_r0 = tid / (BK / 8), a_col = (tid % (BK / 8)) * 8;
   const int b_r0 = tid / (BN / 8), b_col = (tid % (BN / 8)) * 8;
