@@ -202,7 +202,7 @@ def part_noise(res: dict, deadline: float) -> None:
 
 
 CLUSTERK_VARIANTS = {  # label: (bm, bn, bk, stages, warps along M, warps along N, push, L2 hint, wgmma,
-    # proxy fence)
+    # proxy fence[, bulk tensor copies])
     "64x64x128_s3_2x2_pull_nohint": (64, 64, 128, 3, 2, 2, 0, 0, 0, 1),  # as first measured in the search
     "64x64x128_s3_2x2_nohint": (64, 64, 128, 3, 2, 2, 1, 0, 0, 1),
     "64x64x128_s3_2x2": (64, 64, 128, 3, 2, 2, 1, 1, 0, 1),
@@ -222,6 +222,15 @@ CLUSTERK_VARIANTS = {  # label: (bm, bn, bk, stages, warps along M, warps along 
     "64x64x128_s6_wg": (64, 64, 128, 6, 4, 1, 1, 1, 1, 1),
     "64x64x64_s8_wg_nofence": (64, 64, 64, 8, 4, 1, 1, 1, 1, 0),
     "64x64x128_s6_wg_nofence": (64, 64, 128, 6, 4, 1, 1, 1, 1, 0),
+    # the wgmma main loop fed by the bulk tensor copy engine (one thread issues a stage; mbarriers)
+    "64x64x64_s6_tma": (64, 64, 64, 6, 4, 1, 1, 1, 1, 1, 1),
+    "64x64x64_s8_tma": (64, 64, 64, 8, 4, 1, 1, 1, 1, 1, 1),
+    "64x64x128_s4_tma": (64, 64, 128, 4, 4, 1, 1, 1, 1, 1, 1),
+    "64x64x128_s6_tma": (64, 64, 128, 6, 4, 1, 1, 1, 1, 1, 1),
+    "64x128x64_s6_tma": (64, 128, 64, 6, 4, 1, 1, 1, 1, 1, 1),
+    "128x64x64_s6_tma": (128, 64, 64, 6, 8, 1, 1, 1, 1, 1, 1),
+    "128x128x64_s4_tma": (128, 128, 64, 4, 8, 1, 1, 1, 1, 1, 1),
+    "128x128x64_s5_tma": (128, 128, 64, 5, 8, 1, 1, 1, 1, 1, 1),
 }
 # --clusterk-variants: the labels to build and time (all by default)
 CLUSTERK_SHAPES = [(64, 64, 2048), (64, 64, 4096), (64, 64, 16384), (128, 128, 8192), (512, 512, 4096),
@@ -238,8 +247,9 @@ def build_clusterk_variants(labels: list[str] | None = None):
     from kernelrl.gemm.space import ClusterKConfig
 
     def command(label: str) -> list[str]:  # called only for an object not built yet
-        bm, bn, bk, st, wm, wn, push, hint, wg, fence = CLUSTERK_VARIANTS[label]
-        return b.clusterk_command(ClusterKConfig(bm, bn, bk, st, wm * wn, wgmma=bool(wg)), {
+        bm, bn, bk, st, wm, wn, push, hint, wg, fence, *tma = CLUSTERK_VARIANTS[label]
+        cfg = ClusterKConfig(bm, bn, bk, st, wm * wn, wgmma=bool(wg), tma=bool(tma and tma[0]))
+        return b.clusterk_command(cfg, {
             "KR_NAME": f"probe_{label}", "KR_WM": wm, "KR_WN": wn, "KR_PUSH": push, "KR_L2_HINT": hint,
             "KR_PROXY_FENCE": fence})
 

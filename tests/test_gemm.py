@@ -137,7 +137,7 @@ def test_cluster_split_k_names_round_trip_and_a_bad_one_says_what_is_wrong():
         for s in (2, 16):
             assert ClusterKConfig.parse(c.with_splits(s).name) == c.with_splits(s)
     for bad in ("clusterk:64x64_s4_w4/c2", "clusterk:64x64x64_s4_w4", "clusterk:64x64x64_s4_w4/k2"):
-        with pytest.raises(ValueError, match=r"clusterk:<BM>x<BN>x<BK>_s<stages>_w<warps>\[_wg\]/c<splits>"):
+        with pytest.raises(ValueError, match=r"clusterk:<BM>x<BN>x<BK>_s<stages>_w<warps>\[_wg\|_tma\]/c<splits>"):
             ClusterKConfig.parse(bad)
     for bad in ("clusterk:64x64x64_s4_w4/c1", "clusterk:64x64x64_s4_w4/c32", "clusterk:64x64x64_s4_w4/c6"):
         with pytest.raises(ValueError, match="a power of two from 2 to 16"):
@@ -150,6 +150,12 @@ def test_cluster_split_k_names_round_trip_and_a_bad_one_says_what_is_wrong():
     assert wg.wgmma and (wg.bm, wg.bn, wg.bk, wg.stages, wg.splits) == (64, 128, 64, 6, 8)
     assert wg.macros["KR_WGMMA"] == 1 and wg.symbol == "kr_ck_64x128x64_s6_w4_wg"
     assert not ClusterKConfig.parse("clusterk:64x128x64_s4_w4/c8").wgmma
+    tma = ClusterKConfig.parse("clusterk:64x128x64_s6_w4_tma/c8")  # the same tile fed by tensor-map copies
+    assert tma.wgmma and tma.tma and tma.with_splits(2) in CLUSTERK_TILES and not wg.tma
+    assert tma.macros["KR_TMA"] == 1 and tma.macros["KR_WGMMA"] == 1 and tma.symbol == "kr_ck_64x128x64_s6_w4_tma"
+    assert tma.smem_bytes == wg.smem_bytes + 16 * 6  # a full and an empty mbarrier per stage
+    with pytest.raises(ValueError, match="feed the wgmma main loop"):
+        ClusterKConfig(64, 64, 64, 4, 4, tma=True)
     for c in CLUSTERK_TILES:
         if c.wgmma:  # one warpgroup (4 warps) per 64 rows, whole 128-byte swizzle atoms
             assert c.warps == 4 * c.bm // 64 and c.bn % 64 == 0 and c.bk % 64 == 0 and c.stages >= 3
@@ -199,14 +205,16 @@ def test_cluster_split_k_library_builds_for_sm90a_and_refuses_what_it_cannot_run
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
-def test_cluster_split_k_wgmma_main_loop_compiles_to_warpgroup_mmas(tmp_path):
+@pytest.mark.parametrize("tma", [False, True], ids=["cp.async", "tensor-map copies"])
+def test_cluster_split_k_wgmma_main_loop_compiles_to_warpgroup_mmas(tmp_path, tma):
     # The wgmma configurations compile against CuTe (the nvidia-cutlass wheel's headers) for sm_90a; the
-    # object holds the fp16 and bf16 kernels and their exported functions.
+    # object holds the fp16 and bf16 kernels and their exported functions. Their stages are filled by cp.async
+    # or by the bulk tensor copy engine.
     import ctypes
 
     from kernelrl.gemm import build as b
 
-    tile = next(c for c in CLUSTERK_TILES if c.wgmma)
+    tile = next(c for c in CLUSTERK_TILES if c.wgmma and c.tma == tma)
     assert any(a.startswith("-I") for a in b.clusterk_command(tile))  # the CUTLASS headers
     assert not any(a.startswith("-I") for a in b.clusterk_command(CLUSTERK_TILES[0]))  # CUDA's own suffice
     lib_path = b.build_clusterk(tmp_path, configs=(tile,), log=lambda _: None)
@@ -221,6 +229,7 @@ def test_cluster_split_k_wgmma_main_loop_compiles_to_warpgroup_mmas(tmp_path):
     subprocess.run([*cmd, "-arch=sm_90a", "-o", str(ptx)], check=True, capture_output=True)
     text = ptx.read_text()
     assert "wgmma.mma_async" in text and "mma.sync" not in text
+    assert ("cp.async.bulk.tensor" in text) == tma and ("cp.async.cg" in text) == (not tma)
 
 
 def test_per_stream_buffers_give_each_stream_its_own_set_grow_it_and_use_the_spare_under_capture(monkeypatch):

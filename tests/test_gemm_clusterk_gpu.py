@@ -32,7 +32,8 @@ def test_every_tile_and_cluster_size_is_correct(dtype, shape):
             assert res.ok, (cfg.name, shape, res.reason)
 
 
-MAIN_LOOPS = pytest.mark.parametrize("tile", ["64x64x64_s4_w4", "64x64x64_s8_w4_wg"])  # mma.sync, wgmma
+# mma.sync; wgmma fed by cp.async; wgmma fed by the bulk tensor copy engine
+MAIN_LOOPS = pytest.mark.parametrize("tile", ["64x64x64_s4_w4", "64x64x64_s8_w4_wg", "64x64x64_s8_w4_tma"])
 
 
 @hopper
@@ -49,7 +50,7 @@ def test_results_are_the_same_bits_on_every_run(tile):
 
 
 @hopper
-@pytest.mark.parametrize("tile", ["64x128x64_s4_w4", "64x128x64_s6_w4_wg"])
+@pytest.mark.parametrize("tile", ["64x128x64_s4_w4", "64x128x64_s6_w4_wg", "64x128x64_s6_w4_tma"])
 def test_cluster_split_k_replays_in_a_cuda_graph_with_new_inputs(tile):
     m, n, k = 192, 256, 3072
     replays_correctly(*captured(make_launcher(f"clusterk:{tile}/c8", m, n, k), m, n, k))

@@ -93,8 +93,8 @@ def build(build_dir: Path = DEFAULT_BUILD_DIR, configs=CUTLASS_CONFIGS, jobs: in
 
 def clusterk_command(cfg: ClusterKConfig, macros: dict[str, int | str] | None = None) -> list[str]:
     """The nvcc command (up to `-o`) that compiles one cluster split-K configuration, fp16 and bf16; `macros`
-    override or add to the configuration's (the probe's variants). The wgmma main loop takes its layouts and
-    MMA atoms from CuTe (the `nvidia-cutlass` wheel's headers)."""
+    override or add to the configuration's (the probe's variants). The wgmma main loop takes its layouts, MMA
+    atoms and tensor-map copies from CuTe (the `nvidia-cutlass` wheel's headers)."""
     cute = ["--expt-relaxed-constexpr", *[f"-I{p}" for p in cutlass_include_dirs()]] if cfg.wgmma else []
     defs = [f"-D{k}={v}" for k, v in {**cfg.macros, **(macros or {})}.items()]
     return ["nvcc", *SM90_FLAGS, *cute, *defs, "-c", str(CK_SOURCE)]

@@ -2,7 +2,8 @@
 
 Names: `torch`; `cublaslt` (cuBLASLt's own default, no algorithm given); `cublaslt:<64-byte algo hex>`;
 `triton:<config>` (Triton persistent TMA); `tiled:<config>` (Triton tiled); `splitk:<tile>/k<splits>` (Triton
-split-K); `clusterk:<tile>[_wg]/c<splits>` (CUDA cluster split-K, mma.sync or wgmma main loop); `cutlass:<config>/<run-time arguments>`.
+split-K); `clusterk:<tile>[_wg|_tma]/c<splits>` (CUDA cluster split-K: mma.sync, or wgmma fed by cp.async or by
+the bulk tensor copy engine); `cutlass:<config>/<run-time arguments>`.
 """
 from __future__ import annotations
 

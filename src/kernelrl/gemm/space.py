@@ -135,15 +135,21 @@ class ClusterKConfig(_Tile):
     """One configuration of the CUDA cluster split-K kernel (`kernels/cluster_splitk.cu`): a compile-time tile
     plus the run-time cluster size, which is the number of K splits (2-16). `wgmma` selects the main loop:
     asynchronous warpgroup MMAs from swizzled shared memory (one warpgroup of 4 warps per 64 rows) instead of
-    ldmatrix and mma.sync; its names carry `_wg` after the tile."""
+    ldmatrix and mma.sync; its names carry `_wg` after the tile. `tma` (with `wgmma`) fills that loop's stages
+    with the bulk tensor copy engine instead of cp.async; its names carry `_tma` instead of `_wg`."""
 
     splits: int = 2
     wgmma: bool = False
+    tma: bool = False
+
+    def __post_init__(self):
+        if self.tma and not self.wgmma:
+            raise ValueError("the bulk tensor copies (tma) feed the wgmma main loop: set wgmma too")
 
     @property
     def variant(self) -> str:
-        """The tile part of the name with the main loop's marker: `<tile>` or `<tile>_wg`."""
-        return f"{self.tile}_wg" if self.wgmma else self.tile
+        """The tile part of the name with the main loop's marker: `<tile>`, `<tile>_wg` or `<tile>_tma`."""
+        return f"{self.tile}_tma" if self.tma else f"{self.tile}_wg" if self.wgmma else self.tile
 
     @property
     def name(self) -> str:
@@ -169,17 +175,19 @@ class ClusterKConfig(_Tile):
     def macros(self) -> dict[str, int | str]:
         wm, wn = self.warp_grid
         return {"KR_NAME": self.symbol, "KR_BM": self.bm, "KR_BN": self.bn, "KR_BK": self.bk,
-                "KR_STAGES": self.stages, "KR_WM": wm, "KR_WN": wn, "KR_WGMMA": int(self.wgmma)}
+                "KR_STAGES": self.stages, "KR_WM": wm, "KR_WN": wn, "KR_WGMMA": int(self.wgmma),
+                "KR_TMA": int(self.tma)}
 
     @property
     def smem_bytes(self) -> int:
         """Shared memory of one block: the pipeline (padded rows for ldmatrix; unpadded but 1024-byte aligned
-        for wgmma's swizzle) plus the fp32 tile the partial sums are sent to, bytes."""
+        for wgmma's swizzle) plus the fp32 tile the partial sums are sent to (and with `tma`, two 8-byte
+        mbarriers per stage), bytes."""
         if self.wgmma:
             pipe = 1024 + 2 * self.stages * (self.bm * self.bk + self.bk * self.bn)
         else:
             pipe = 2 * self.stages * (self.bm * (self.bk + 8) + self.bk * (self.bn + 8))
-        return pipe + 4 * self.bm * (self.bn + 4)
+        return pipe + 4 * self.bm * (self.bn + 4) + (16 * self.stages if self.tma else 0)
 
     def with_splits(self, splits: int) -> "ClusterKConfig":
         return replace(self, splits=splits)
@@ -188,10 +196,12 @@ class ClusterKConfig(_Tile):
     def parse(cls, name: str) -> "ClusterKConfig":
         """Inverse of `name`; the tile must be one of CLUSTERK_TILES."""
         try:
-            cfg = cls(*_tile_split_fields(name.replace("_wg/", "/"), "c"), wgmma="_wg/" in name)
+            tma = "_tma/" in name
+            cfg = cls(*_tile_split_fields(name.replace("_wg/", "/").replace("_tma/", "/"), "c"),
+                      wgmma=tma or "_wg/" in name, tma=tma)
         except (ValueError, IndexError) as e:
             raise ValueError(f"malformed cluster split-K kernel name {name!r}: expected "
-                             "clusterk:<BM>x<BN>x<BK>_s<stages>_w<warps>[_wg]/c<splits>") from e
+                             "clusterk:<BM>x<BN>x<BK>_s<stages>_w<warps>[_wg|_tma]/c<splits>") from e
         if not 2 <= cfg.splits <= CLUSTERK_MAX_SPLITS or cfg.splits & (cfg.splits - 1):
             raise ValueError(f"cluster split-K kernel {name!r}: the cluster size (splits) must be a power of two "
                              f"from 2 to {CLUSTERK_MAX_SPLITS}")
@@ -306,6 +316,11 @@ CLUSTERK_TILES: tuple[ClusterKConfig, ...] = (
     ClusterKConfig(64, 64, 64, 8, 4, wgmma=True), ClusterKConfig(64, 64, 128, 4, 4, wgmma=True),
     ClusterKConfig(64, 64, 128, 6, 4, wgmma=True), ClusterKConfig(64, 128, 64, 6, 4, wgmma=True),
     ClusterKConfig(128, 64, 64, 6, 8, wgmma=True), ClusterKConfig(128, 128, 64, 4, 8, wgmma=True),
+    # the same tiles with their stages filled by the bulk tensor copy engine
+    *(replace(c, tma=True) for c in (
+        ClusterKConfig(64, 64, 64, 8, 4, wgmma=True), ClusterKConfig(64, 64, 128, 4, 4, wgmma=True),
+        ClusterKConfig(64, 64, 128, 6, 4, wgmma=True), ClusterKConfig(64, 128, 64, 6, 4, wgmma=True),
+        ClusterKConfig(128, 64, 64, 6, 8, wgmma=True), ClusterKConfig(128, 128, 64, 4, 8, wgmma=True))),
 )
 CLUSTERK_MAX_SPLITS = 16  # the largest (non-portable) cluster Hopper places
 CLUSTERK_REDUCE_US = 0.15  # cost model: one more block's partials exchanged over distributed shared memory

@@ -22,6 +22,9 @@
 // remote stores only); KR_PUSH=0 has each owner load its rows from every block after a barrier (remote
 // loads, a second barrier). KR_L2_HINT=1 (default) asks L2 to fetch 128-byte lines for the 16-byte copies.
 // KR_PROXY_FENCE=1 (default) fences the landed copies (generic proxy) before wgmma reads them (async proxy).
+// KR_TMA=1 (with KR_WGMMA=1) fills the stages with the bulk tensor copy engine instead of cp.async: one thread
+// issues each stage's two copies (tensor maps made per call on the host), which complete on an mbarrier; the
+// copy engine swizzles, and zero-fills rows, columns and K past the edges.
 #include <cooperative_groups.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -33,10 +36,20 @@
 #ifndef KR_WGMMA
 #define KR_WGMMA 0
 #endif
+#ifndef KR_TMA
+#define KR_TMA 0
+#endif
+#if KR_TMA && !KR_WGMMA
+#error "the bulk tensor copies (KR_TMA=1) feed the wgmma main loop (KR_WGMMA=1)"
+#endif
 #if KR_WGMMA
 #include <cute/arch/mma_sm90.hpp>
 #include <cute/atom/mma_atom.hpp>
 #include <cute/tensor.hpp>
+#endif
+#if KR_TMA
+#include <cute/atom/copy_traits_sm90_tma.hpp>
+#include <cutlass/arch/barrier.h>
 #endif
 
 #ifndef KR_PUSH
@@ -329,6 +342,7 @@ __global__ void __launch_bounds__(WM* WN * 32)
 template <typename T, int BM, int BN, int BK, int STAGES>
 struct WgGeometry {
   using E = std::conditional_t<std::is_same_v<T, __half>, cute::half_t, cute::bfloat16_t>;
+  static constexpr int kBM = BM, kBN = BN;
   static constexpr int kWarpgroups = BM / 64;
   static constexpr int kThreads = kWarpgroups * 128;
   static_assert(BM % 64 == 0 && BN % 64 == 0 && BK % 64 == 0, "whole 128-byte swizzle atoms");
@@ -345,10 +359,35 @@ struct WgGeometry {
   static constexpr uint32_t kAStage = BM * BK * 2, kBStage = BK * BN * 2;  // bytes of one stage
   static constexpr size_t kABytes = size_t(STAGES) * kAStage, kPipeBytes = kABytes + size_t(STAGES) * kBStage;
   static constexpr size_t kAlign = 1024;  // a 128-byte swizzle repeats every 1024 bytes: its atoms start there
-  static constexpr size_t kSmemBytes = kAlign + kPipeBytes + size_t(BM) * kRStride * 4;
+  static constexpr size_t kRecvBytes = size_t(BM) * kRStride * 4;  // the partial sums received (fp32 rows)
+  // KR_TMA: a full and an empty mbarrier per stage after the receive region
+  static constexpr size_t kBarBytes = KR_TMA ? 2 * STAGES * sizeof(uint64_t) : 0;
+  static constexpr size_t kSmemBytes = kAlign + kPipeBytes + kRecvBytes + kBarBytes;
   static constexpr int kALoads = BM * BK / 8 / kThreads, kBLoads = BK * BN / 8 / kThreads;  // per thread
   static_assert(kALoads * kThreads * 8 == BM * BK && kBLoads * kThreads * 8 == BK * BN, "whole 16-byte copies");
 };
+
+// The end of both wgmma kernels: each block pushes its partial rows to the blocks that own them (as the mma.sync
+// kernel does), then each owner sums its rows and writes them to C.
+template <typename T, typename G, class Acc, class Thr>
+__device__ __forceinline__ void wg_push_and_sum(const Acc& acc, const Thr& thr, cg::cluster_group& cluster,
+                                                unsigned char* smem, int splits, int rank, T* C, int M, int N,
+                                                int m0, int n0, int tid) {
+  using namespace cute;
+  constexpr int BM = G::kBM, BN = G::kBN;
+  float* recv = reinterpret_cast<float*>(smem + G::kPipeBytes);
+  const int rows_per = BM / splits;  // splits <= 16 <= BM, both powers of two
+  Tensor coord = thr.partition_C(make_identity_tensor(Shape<Int<BM>, Int<BN>>{}));  // (row, column) of each value
+  asm volatile("barrier.cluster.wait.aligned;\n" ::: "memory");  // every block of the cluster has started
+#pragma unroll
+  for (int v = 0; v < size(acc); v += 2) {  // values 2j and 2j + 1 are neighbours in one row
+    const int r = get<0>(coord(v)), c = get<1>(coord(v));
+    float* slot = cluster.map_shared_rank(recv, r / rows_per) + (rank * rows_per + r % rows_per) * G::kRStride;
+    *reinterpret_cast<float2*>(slot + c) = make_float2(acc(v), acc(v + 1));
+  }
+  cluster.sync();  // every partial has landed in its owner's shared memory; nothing remote is touched after
+  sum_own_rows<T, BN, G::kThreads, G::kRStride>(recv, rows_per, splits, rank, C, M, N, m0, n0, tid);
+}
 
 template <typename T, int BM, int BN, int BK, int STAGES>
 __global__ void __launch_bounds__(BM / 64 * 128)
@@ -443,25 +482,120 @@ __global__ void __launch_bounds__(BM / 64 * 128)
   warpgroup_wait<0>();
   warpgroup_fence_operand(acc);
 
-  // Push the partial rows to their owners (as in the mma.sync kernel), then each owner sums its rows.
-  float* recv = reinterpret_cast<float*>(smem + G::kPipeBytes);
-  const int rows_per = BM / splits;  // splits <= 16 <= BM, both powers of two
-  Tensor coord = thr.partition_C(make_identity_tensor(Shape<Int<BM>, Int<BN>>{}));  // (row, column) of each value
-  asm volatile("barrier.cluster.wait.aligned;\n" ::: "memory");  // every block of the cluster has started
-#pragma unroll
-  for (int v = 0; v < size(acc); v += 2) {  // values 2j and 2j + 1 are neighbours in one row
-    const int r = get<0>(coord(v)), c = get<1>(coord(v));
-    float* slot = cluster.map_shared_rank(recv, r / rows_per) + (rank * rows_per + r % rows_per) * G::kRStride;
-    *reinterpret_cast<float2*>(slot + c) = make_float2(acc(v), acc(v + 1));
-  }
-  cluster.sync();  // every partial has landed in its owner's shared memory; nothing remote is touched after
-  sum_own_rows<T, BN, G::kThreads, G::kRStride>(recv, rows_per, splits, rank, C, M, N, m0, n0, tid);
+  wg_push_and_sum<T, G>(acc, thr, cluster, smem, splits, rank, C, M, N, m0, n0, tid);
 }
+
+#if KR_TMA
+// The same kernel with its stages filled by the bulk tensor copy engine (KR_TMA=1). Thread 0 issues a stage's
+// copy of the A tile and of the B tile (their tensor maps are kernel parameters), which complete on the
+// stage's full mbarrier; the copy engine writes the swizzled layouts wgmma reads and fills what lies past M,
+// N or K with zeros. A stage is refilled once every thread has arrived on its empty mbarrier, which each does
+// after the wgmma batch that read it is done: STAGES - 1 K steps are copied ahead.
+template <typename T, int BM, int BN, int BK, int STAGES>
+struct TmaMaps {
+  using G = WgGeometry<T, BM, BN, BK, STAGES>;
+  using E = typename G::E;
+  // A is K-major (M, K), stride (K, 1); B is seen as N-major (N, K), stride (1, N): row-major K x N.
+  static auto a_map(const void* a, int m, int k) {
+    using namespace cute;
+    auto g = make_tensor(make_gmem_ptr(static_cast<const E*>(a)), make_shape(m, k), make_stride(k, Int<1>{}));
+    return make_tma_atom(SM90_TMA_LOAD{}, g, typename G::SmemA{}(_, _, 0), make_shape(Int<BM>{}, Int<BK>{}));
+  }
+  static auto b_map(const void* b, int n, int k) {
+    using namespace cute;
+    auto g = make_tensor(make_gmem_ptr(static_cast<const E*>(b)), make_shape(n, k), make_stride(Int<1>{}, n));
+    return make_tma_atom(SM90_TMA_LOAD{}, g, typename G::SmemB{}(_, _, 0), make_shape(Int<BN>{}, Int<BK>{}));
+  }
+  using A = decltype(a_map(nullptr, 0, 0));
+  using B = decltype(b_map(nullptr, 0, 0));
+};
+
+template <typename T, int BM, int BN, int BK, int STAGES>
+__global__ void __launch_bounds__(BM / 64 * 128)
+    cluster_splitk_tma(CUTE_GRID_CONSTANT typename TmaMaps<T, BM, BN, BK, STAGES>::A const tma_a,
+                       CUTE_GRID_CONSTANT typename TmaMaps<T, BM, BN, BK, STAGES>::B const tma_b,
+                       T* __restrict__ C, int M, int N, int K, int tiles_n) {
+  using namespace cute;
+  using G = WgGeometry<T, BM, BN, BK, STAGES>;
+  using E = typename G::E;
+  using Full = cutlass::arch::ClusterTransactionBarrier;
+  using Empty = cutlass::arch::ClusterBarrier;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  unsigned char* smem = smem_raw + ((G::kAlign - smem_addr(smem_raw) % G::kAlign) % G::kAlign);
+  Tensor sA = make_tensor(make_smem_ptr(reinterpret_cast<E*>(smem)), typename G::SmemA{});  // (BM, BK, STAGES)
+  Tensor sB = make_tensor(make_smem_ptr(reinterpret_cast<E*>(smem + G::kABytes)), typename G::SmemB{});
+  uint64_t* full = reinterpret_cast<uint64_t*>(smem + G::kPipeBytes + G::kRecvBytes);
+  uint64_t* empty = full + STAGES;
+
+  cg::cluster_group cluster = cg::this_cluster();
+  const auto [splits, rank, m0, n0, kt0, nk] = block_share<BM, BN, BK>(cluster, K, tiles_n);
+  const int tid = threadIdx.x;
+  if (tid == 0) {
+#pragma unroll
+    for (int s = 0; s < STAGES; ++s) {
+      Full::init(&full[s], 1);
+      Empty::init(&empty[s], G::kThreads);
+    }
+    cutlass::arch::fence_barrier_init();  // the barriers are initialised before the copy engine signals them
+  }
+  __syncthreads();
+  // Shared memory of another block may be written only once that block runs: arrive now, wait before pushing.
+  asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");
+
+  // This block's tiles of A and B along K: (BM, BK, K steps) and (BN, BK, K steps) in the tensor maps'
+  // coordinates; a stage takes one copy of each.
+  Tensor gA = local_tile(tma_a.get_tma_tensor(make_shape(M, K)), Shape<Int<BM>, Int<BK>>{}, make_coord(m0 / BM, _));
+  Tensor gB = local_tile(tma_b.get_tma_tensor(make_shape(N, K)), Shape<Int<BN>, Int<BK>>{}, make_coord(n0 / BN, _));
+  auto [tAg, tAs] = tma_partition(tma_a, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sA), group_modes<0, 2>(gA));
+  auto [tBg, tBs] = tma_partition(tma_b, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sB), group_modes<0, 2>(gB));
+  auto issue = [&, kt0 = kt0](int stage, int i) {  // thread 0: K step i of this block's slice into `stage`
+    Full::arrive_and_expect_tx(&full[stage], G::kAStage + G::kBStage);
+    copy(tma_a.with(full[stage]), tAg(_, kt0 + i), tAs(_, stage));
+    copy(tma_b.with(full[stage]), tBg(_, kt0 + i), tBs(_, stage));
+  };
+  if (tid == 0) {
+    for (int s = 0; s < STAGES && s < nk; ++s) issue(s, s);
+  }
+
+  typename G::Mma mma;
+  ThrMMA thr = mma.get_thread_slice(tid);
+  Tensor tCrA = thr.make_fragment_A(thr.partition_A(sA));  // shared memory descriptors, (MMA, MMA_M, MMA_K, STAGES)
+  Tensor tCrB = thr.make_fragment_B(thr.partition_B(sB));
+  Tensor acc = partition_fragment_C(mma, Shape<Int<BM>, Int<BN>>{});
+  clear(acc);
+
+  for (int i = 0; i < nk; ++i) {
+    const int stage = i % STAGES;
+    Full::wait(&full[stage], (i / STAGES) & 1);  // K step i has landed
+    warpgroup_fence_operand(acc);
+    warpgroup_arrive();
+    gemm(mma, tCrA(_, _, _, stage), tCrB(_, _, _, stage), acc);
+    warpgroup_commit_batch();
+    warpgroup_wait<1>();  // K step i - 1 is done; step i may still run
+    warpgroup_fence_operand(acc);
+    if (i > 0) {
+      const int prev = (i - 1) % STAGES;
+      Empty::arrive(&empty[prev]);  // this thread is done with step i - 1's stage
+      if (tid == 0 && i - 1 + STAGES < nk) {
+        Empty::wait(&empty[prev], ((i - 1) / STAGES) & 1);  // ... and so is every thread: refill it
+        issue(prev, i - 1 + STAGES);
+      }
+      __syncwarp();
+    }
+  }
+  warpgroup_wait<0>();
+  warpgroup_fence_operand(acc);
+  wg_push_and_sum<T, G>(acc, thr, cluster, smem, splits, rank, C, M, N, m0, n0, tid);
+}
+#endif  // KR_TMA
 #endif  // KR_WGMMA
 
 template <typename T>
 struct Config {
-#if KR_WGMMA
+#if KR_TMA
+  static constexpr auto kernel = cluster_splitk_tma<T, KR_BM, KR_BN, KR_BK, KR_STAGES>;
+  using G = WgGeometry<T, KR_BM, KR_BN, KR_BK, KR_STAGES>;
+#elif KR_WGMMA
   static constexpr auto kernel = cluster_splitk_wg<T, KR_BM, KR_BN, KR_BK, KR_STAGES>;
   using G = WgGeometry<T, KR_BM, KR_BN, KR_BK, KR_STAGES>;
 #else
@@ -523,8 +657,14 @@ struct Config {
     cudaLaunchConfig_t cfg;
     cudaLaunchAttribute attr[1];
     launch_config(cfg, attr, m, n, splits, stream);
+#if KR_TMA
+    using Maps = TmaMaps<T, KR_BM, KR_BN, KR_BK, KR_STAGES>;  // tensor maps of this call's A and B
+    err = cudaLaunchKernelEx(&cfg, kernel, Maps::a_map(a, m, k), Maps::b_map(b, n, k), static_cast<T*>(c), m, n, k,
+                             (n + KR_BN - 1) / KR_BN);
+#else
     err = cudaLaunchKernelEx(&cfg, kernel, static_cast<const T*>(a), static_cast<const T*>(b), static_cast<T*>(c),
                              m, n, k, (n + KR_BN - 1) / KR_BN);
+#endif
     return err == cudaSuccess ? 0 : 100 + static_cast<int>(err);
   }
 };
