@@ -230,7 +230,10 @@ CLUSTERK_VARIANTS = {  # label: (bm, bn, bk, stages, warps along M, warps along 
     "64x128x64_s6_tma": (64, 128, 64, 6, 4, 1, 1, 1, 1, 1, 1),
     "128x64x64_s6_tma": (128, 64, 64, 6, 8, 1, 1, 1, 1, 1, 1),
     "128x128x64_s4_tma": (128, 128, 64, 4, 8, 1, 1, 1, 1, 1, 1),
-    "128x128x64_s5_tma": (128, 128, 64, 5, 8, 1, 1, 1, 1, 1, 1),
+    # deeper K steps: fewer trips round the loop, whose fixed cost per step the copy engine did not remove
+    "64x64x256_s3_tma": (64, 64, 256, 3, 4, 1, 1, 1, 1, 1, 1),
+    "64x128x128_s3_tma": (64, 128, 128, 3, 4, 1, 1, 1, 1, 1, 1),
+    "128x64x128_s3_tma": (128, 64, 128, 3, 8, 1, 1, 1, 1, 1, 1),
 }
 # --clusterk-variants: the labels to build and time (all by default)
 CLUSTERK_SHAPES = [(64, 64, 2048), (64, 64, 4096), (64, 64, 16384), (128, 128, 8192), (512, 512, 4096),

@@ -3,6 +3,7 @@ resume, dispatch fallback, report and CLI."""
 import gzip
 import json
 import shutil
+import statistics
 import subprocess
 
 import pytest
@@ -462,6 +463,26 @@ def test_the_final_timing_calls_a_kernel_as_the_dispatch_does():
     a, b = torch.randn(8, 4), torch.randn(4, 6)
     c1, c2 = as_dispatched(kernel)(a, b), as_dispatched(kernel)(a, b)
     assert c1.shape == (8, 6) and torch.allclose(c1, a @ b) and calls == [c1, c2] and c1 is not c2
+
+
+def test_the_final_choice_takes_a_kernel_only_when_it_is_measurably_not_slower(monkeypatch):
+    # medians alone would take k in all three cases; the paired interval rejects the noisy one
+    import kernelrl.gemm.tune as tn
+
+    def run(torch_rounds, k_rounds):
+        def fake_time_graphs(fns, inp, calls, rounds, rng=None, per_round=None):
+            per_round.update(torch=torch_rounds, k=k_rounds)
+            return {"torch": statistics.median(torch_rounds), "k": statistics.median(k_rounds)}
+
+        monkeypatch.setattr(tn, "time_graphs", fake_time_graphs)
+        results = {"torch": {"us": 10.0, "rel_err": 1e-3}, "k": {"us": 9.0, "rel_err": 1e-3}}
+        return tn._final(results, {"k": lambda a, b, c: None}, [], None, 1, tn.TuneOptions())[1]
+
+    ten = [10.0] * 12
+    assert run(ten, [9.7] * 12) == "k"  # 3% faster in every round
+    assert run(ten, [9.995] * 12) == "torch"  # within the 1% margin
+    noisy = [9.0, 10.6] * 6  # median 9.8 (2% faster), but slower in half of the rounds
+    assert statistics.median(noisy) < 9.9 and run(ten, noisy) == "torch"
 
 
 def test_gzipped_records_are_unpacked_appended_and_packed_again(tmp_path):

@@ -33,7 +33,7 @@ def test_every_tile_and_cluster_size_is_correct(dtype, shape):
 
 
 # mma.sync; wgmma fed by cp.async; wgmma fed by the bulk tensor copy engine
-MAIN_LOOPS = pytest.mark.parametrize("tile", ["64x64x64_s4_w4", "64x64x64_s8_w4_wg", "64x64x64_s8_w4_tma"])
+MAIN_LOOPS = pytest.mark.parametrize("tile", ["64x64x64_s4_w4", "64x64x64_s8_w4_wg", "64x64x128_s6_w4_tma"])
 
 
 @hopper

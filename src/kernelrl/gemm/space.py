@@ -316,12 +316,16 @@ CLUSTERK_TILES: tuple[ClusterKConfig, ...] = (
     ClusterKConfig(64, 64, 64, 8, 4, wgmma=True), ClusterKConfig(64, 64, 128, 4, 4, wgmma=True),
     ClusterKConfig(64, 64, 128, 6, 4, wgmma=True), ClusterKConfig(64, 128, 64, 6, 4, wgmma=True),
     ClusterKConfig(128, 64, 64, 6, 8, wgmma=True), ClusterKConfig(128, 128, 64, 4, 8, wgmma=True),
-    # the same tiles with their stages filled by the bulk tensor copy engine
-    *(replace(c, tma=True) for c in (
-        ClusterKConfig(64, 64, 64, 8, 4, wgmma=True), ClusterKConfig(64, 64, 128, 4, 4, wgmma=True),
-        ClusterKConfig(64, 64, 128, 6, 4, wgmma=True), ClusterKConfig(64, 128, 64, 6, 4, wgmma=True),
-        ClusterKConfig(128, 64, 64, 6, 8, wgmma=True), ClusterKConfig(128, 128, 64, 4, 8, wgmma=True))),
+    # wgmma with its stages filled by the bulk tensor copy engine; deeper K steps, since each trip round the
+    # loop has a fixed cost that the copy engine does not remove
+    *(ClusterKConfig(bm, bn, bk, st, w, wgmma=True, tma=True) for (bm, bn, bk, st, w) in [
+        (64, 64, 128, 4, 4), (64, 64, 128, 6, 4), (64, 64, 256, 3, 4), (64, 128, 64, 6, 4), (64, 128, 128, 3, 4),
+        (128, 64, 64, 6, 8), (128, 64, 128, 3, 8), (128, 128, 64, 4, 8)]),
 )
+# Cost-model factor of each main loop's time per K step (ranking only), from one block's time on
+# 64x64x16384 on the H200 (benchmarks/results/gemm_runs/probe_clusterk_tma*): mma.sync 435 ns per 64x64x64
+# step, wgmma fed by cp.async 245, fed by the copy engine 250 with 64-deep K steps and 160 with 128-deep ones.
+CLUSTERK_LOOP_COST = {"mma": 1.0, "wg": 0.56, "tma64": 0.57, "tma": 0.37}
 CLUSTERK_MAX_SPLITS = 16  # the largest (non-portable) cluster Hopper places
 CLUSTERK_REDUCE_US = 0.15  # cost model: one more block's partials exchanged over distributed shared memory
 
@@ -447,11 +451,13 @@ def clusterk_candidates(shape: Shape, top: int = 8) -> list[ClusterKConfig]:
         if cfg.bm > max(64, shape.m) or cfg.bn > max(64, shape.n) or cfg.smem_bytes > SMEM_BYTES:
             continue
         tiles = math.ceil(shape.m / cfg.bm) * math.ceil(shape.n / cfg.bn)
+        loop = ("tma" if cfg.bk > 64 else "tma64") if cfg.tma else "wg" if cfg.wgmma else "mma"
+        loop_cost = CLUSTERK_LOOP_COST[loop]
         scored = []
         s = 2
         while s <= CLUSTERK_MAX_SPLITS and shape.k >= s * cfg.bk and tiles * s <= 2 * NUM_SMS:
             # the partial sums stay on chip: no DRAM fix-up, a short exchange per extra split instead
-            est = estimate_us(shape, cfg.bm, cfg.bn, splits=s, cluster=s, fixup_share=0.0)
+            est = estimate_us(shape, cfg.bm, cfg.bn, splits=s, cluster=s, fixup_share=0.0) * loop_cost
             scored.append((est + CLUSTERK_REDUCE_US * (s - 1) ** 0.5, cfg.with_splits(s)))
             s *= 2
         per_tile.append(scored)

@@ -22,7 +22,7 @@ from kernelrl.gemm.registry import make_launcher
 from kernelrl.gemm.shapes import Shape
 from kernelrl.gemm.space import (clusterk_candidates, cutlass_candidates, roofline_us, splitk_candidates,
                                  tiled_candidates, triton_candidates)
-from kernelrl.gemm.timing import Inputs, calls_for, time_graph, time_graphs
+from kernelrl.gemm.timing import Inputs, calls_for, paired_ratio_ci, time_graph, time_graphs
 
 DTYPE_NAMES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 BROKEN: set[str] = set()  # Triton kernels (name up to the run-time part) that failed to compile in this process
@@ -55,7 +55,8 @@ class TuneOptions:
     clusterk_top: int = 12  # CUDA cluster split-K configurations (few output tiles, deep K only)
     cutlass_top: int = 6
     finalists: int = 3  # re-timed against the baselines, interleaved
-    margin: float = 0.01  # a kernel must beat torch.matmul by this fraction to replace it
+    margin: float = 0.01  # a kernel must beat torch.matmul by this fraction to replace it (medians) ...
+    ci_floor: float = 1.0  # ... and the low end of the 95% interval of its speedup, paired by round, reach this
     replays: int = 3
     final_rounds: int = 12
 
@@ -187,7 +188,9 @@ def _final(results: dict[str, dict], launchers: dict, baselines: list[str | None
            opt: TuneOptions) -> tuple[dict[str, float], str]:
     """Time the fastest few candidates, torch.matmul and the baselines again, replays interleaved so that
     drift hits all alike, each called as the dispatch calls it (torch.matmul(a, b) itself, the others with a
-    fresh output); (their times, the winner: torch unless a kernel beats it by the margin)."""
+    fresh output); (their times, the winner: torch unless a kernel beats it by the margin with medians and is
+    measurably not slower: the 95% interval of torch's time over its own, paired within each round, starts at
+    `opt.ci_floor` or above)."""
     timed = {n: r["us"] for n, r in results.items() if "us" in r}
     torch_err = results["torch"]["rel_err"]
     # a winner must also keep its error within twice torch's (the dispatch promise), not only under the bound
@@ -195,12 +198,14 @@ def _final(results: dict[str, dict], launchers: dict, baselines: list[str | None
                     key=timed.get)[:opt.finalists]
     final_set = list(dict.fromkeys(["torch", *rivals, *(b for b in baselines if b)]))
     fns = {n: (torch.matmul if n == "torch" else as_dispatched(launchers[n]), False) for n in final_set}
-    final_us = time_graphs(fns, inp, calls, opt.final_rounds)
+    per_round: dict[str, list[float]] = {}
+    final_us = time_graphs(fns, inp, calls, opt.final_rounds, per_round=per_round)
     best = min((n for n in final_us if n != "torch" and results[n]["rel_err"] <= 2 * torch_err),
                key=final_us.get, default="torch")
     if best == "torch" or final_us[best] > final_us["torch"] * (1 - opt.margin):
-        best = "torch"
-    return final_us, best
+        return final_us, "torch"
+    _, low, _ = paired_ratio_ci(per_round["torch"], per_round[best])
+    return final_us, best if low >= opt.ci_floor else "torch"
 
 
 def augment_shape(record: dict, names: list[str], opt: TuneOptions = TuneOptions(), tag: str = "") -> dict:

@@ -349,8 +349,11 @@ struct WgGeometry {
   static_assert(STAGES >= 3, "a K step in flight on the tensor cores and at least one being copied");
   using SmemA = decltype(cute::tile_to_shape(cute::GMMA::Layout_K_SW128_Atom<E>{},
                                              cute::make_shape(cute::Int<BM>{}, cute::Int<BK>{}, cute::Int<STAGES>{})));
+  // B's atoms (64 columns x 8 K rows) run along K first: each 64-column half of the tile is one contiguous block,
+  // which one tensor-map copy fills (along N first, a copy could fill only one 1 KiB atom).
   using SmemB = decltype(cute::tile_to_shape(cute::GMMA::Layout_MN_SW128_Atom<E>{},
-                                             cute::make_shape(cute::Int<BN>{}, cute::Int<BK>{}, cute::Int<STAGES>{})));
+                                             cute::make_shape(cute::Int<BN>{}, cute::Int<BK>{}, cute::Int<STAGES>{}),
+                                             cute::Step<cute::_2, cute::_1, cute::_3>{}));
   using Mma = decltype(cute::make_tiled_mma(
       cute::GMMA::ss_op_selector<E, E, float, cute::Shape<cute::Int<64>, cute::Int<BN>, cute::Int<16>>,
                                  cute::GMMA::Major::K, cute::GMMA::Major::MN>(),
