@@ -8,7 +8,8 @@ tiled:  the plain Triton tiled kernel (kernels/triton_tiled.py) in several tile 
 noise:  where the spread of two identical programs comes from: torch.matmul captured four times over one
         input set, one of those graphs entered twice, and a capture over a second input set.
 clusterk: variants of the cluster split-K kernel (kernels/cluster_splitk.cu: pipeline depth, K step, warps,
-        pushed or pulled reduction, L2 fetch hint), built here under their own symbols, at every cluster size
+        pushed or pulled reduction, L2 fetch hint, cp.async or the bulk tensor copy engine), built here under
+        their own symbols, at every cluster size
         including 1 (no split: the main loop alone) on a few deep-K shapes, timed interleaved with
         torch.matmul and two single-block Triton tiled kernels.
 
