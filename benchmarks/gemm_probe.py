@@ -9,9 +9,8 @@ noise:  where the spread of two identical programs comes from: torch.matmul capt
         input set, one of those graphs entered twice, and a capture over a second input set.
 clusterk: variants of the cluster split-K kernel (kernels/cluster_splitk.cu: pipeline depth, K step, warps,
         pushed or pulled reduction, L2 fetch hint, cp.async or the bulk tensor copy engine), built here under
-        their own symbols, at every cluster size
-        including 1 (no split: the main loop alone) on a few deep-K shapes, timed interleaved with
-        torch.matmul and two single-block Triton tiled kernels.
+        their own symbols, at every cluster size including 1 (no split: the main loop alone) on a few deep-K
+        shapes, timed interleaved with torch.matmul and two single-block Triton tiled kernels.
 
     python3 benchmarks/gemm_probe.py [--parts floor,tiled,noise] [--deadline S]
     python3 benchmarks/gemm_probe.py --summarise benchmarks/results/gemm_runs/probe_floor_tiled_noise.json

@@ -370,6 +370,19 @@ struct WgGeometry {
   static_assert(kALoads * kThreads * 8 == BM * BK && kBLoads * kThreads * 8 == BK * BN, "whole 16-byte copies");
 };
 
+// One K step of the wgmma kernels: the batch of warpgroup MMAs over `stage` is issued, then the batch before it
+// is waited for (this one may still run).
+template <class Mma, class FA, class FB, class Acc>
+__device__ __forceinline__ void wg_step(Mma& mma, const FA& tCrA, const FB& tCrB, Acc& acc, int stage) {
+  using namespace cute;
+  warpgroup_fence_operand(acc);
+  warpgroup_arrive();
+  gemm(mma, tCrA(_, _, _, stage), tCrB(_, _, _, stage), acc);
+  warpgroup_commit_batch();
+  warpgroup_wait<1>();
+  warpgroup_fence_operand(acc);
+}
+
 // The end of both wgmma kernels: each block pushes its partial rows to the blocks that own them (as the mma.sync
 // kernel does), then each owner sums its rows and writes them to C.
 template <typename T, typename G, class Acc, class Thr>
@@ -474,13 +487,7 @@ __global__ void __launch_bounds__(BM / 64 * 128)
     __syncthreads();  // ... every thread's; and every warpgroup is done with K step i - 2
     if (i + STAGES - 2 < nk) load_stage((i + STAGES - 2) % STAGES, i + STAGES - 2);
     cp_async_commit();
-    const int stage = i % STAGES;
-    warpgroup_fence_operand(acc);
-    warpgroup_arrive();
-    gemm(mma, tCrA(_, _, _, stage), tCrB(_, _, _, stage), acc);
-    warpgroup_commit_batch();
-    warpgroup_wait<1>();  // K step i - 1 is done; step i may still run
-    warpgroup_fence_operand(acc);
+    wg_step(mma, tCrA, tCrB, acc, i % STAGES);  // K step i - 1 is done; step i may still run
   }
   warpgroup_wait<0>();
   warpgroup_fence_operand(acc);
@@ -570,12 +577,7 @@ __global__ void __launch_bounds__(BM / 64 * 128)
   for (int i = 0; i < nk; ++i) {
     const int stage = i % STAGES;
     Full::wait(&full[stage], (i / STAGES) & 1);  // K step i has landed
-    warpgroup_fence_operand(acc);
-    warpgroup_arrive();
-    gemm(mma, tCrA(_, _, _, stage), tCrB(_, _, _, stage), acc);
-    warpgroup_commit_batch();
-    warpgroup_wait<1>();  // K step i - 1 is done; step i may still run
-    warpgroup_fence_operand(acc);
+    wg_step(mma, tCrA, tCrB, acc, stage);  // K step i - 1 is done; step i may still run
     if (i > 0) {
       const int prev = (i - 1) % STAGES;
       Empty::arrive(&empty[prev]);  // this thread is done with step i - 1's stage
