@@ -147,9 +147,14 @@ class ClusterKConfig(_Tile):
             raise ValueError("the bulk tensor copies (tma) feed the wgmma main loop: set wgmma too")
 
     @property
+    def main_loop(self) -> str:
+        """`mma` (ldmatrix and mma.sync), `wg` (wgmma fed by cp.async) or `tma` (wgmma fed by the copy engine)."""
+        return "tma" if self.tma else "wg" if self.wgmma else "mma"
+
+    @property
     def variant(self) -> str:
         """The tile part of the name with the main loop's marker: `<tile>`, `<tile>_wg` or `<tile>_tma`."""
-        return f"{self.tile}_tma" if self.tma else f"{self.tile}_wg" if self.wgmma else self.tile
+        return self.tile if self.main_loop == "mma" else f"{self.tile}_{self.main_loop}"
 
     @property
     def name(self) -> str:
@@ -324,8 +329,9 @@ CLUSTERK_TILES: tuple[ClusterKConfig, ...] = (
 )
 # Cost-model factor of each main loop's time per K step (ranking only), from one block's time on
 # 64x64x16384 on the H200 (benchmarks/results/gemm_runs/probe_clusterk_tma*): mma.sync 435 ns per 64x64x64
-# step, wgmma fed by cp.async 245, fed by the copy engine 250 with 64-deep K steps and 160 with 128-deep ones.
-CLUSTERK_LOOP_COST = {"mma": 1.0, "wg": 0.56, "tma64": 0.57, "tma": 0.37}
+# step, wgmma fed by cp.async 245, fed by the copy engine 160 with K steps deeper than 64 (with 64-deep steps,
+# 250: what cp.async costs).
+CLUSTERK_LOOP_COST = {"mma": 1.0, "wg": 0.56, "tma": 0.37}
 CLUSTERK_MAX_SPLITS = 16  # the largest (non-portable) cluster Hopper places
 CLUSTERK_REDUCE_US = 0.15  # cost model: one more block's partials exchanged over distributed shared memory
 
@@ -451,8 +457,7 @@ def clusterk_candidates(shape: Shape, top: int = 8) -> list[ClusterKConfig]:
         if cfg.bm > max(64, shape.m) or cfg.bn > max(64, shape.n) or cfg.smem_bytes > SMEM_BYTES:
             continue
         tiles = math.ceil(shape.m / cfg.bm) * math.ceil(shape.n / cfg.bn)
-        loop = ("tma" if cfg.bk > 64 else "tma64") if cfg.tma else "wg" if cfg.wgmma else "mma"
-        loop_cost = CLUSTERK_LOOP_COST[loop]
+        loop_cost = CLUSTERK_LOOP_COST["wg" if cfg.main_loop == "tma" and cfg.bk == 64 else cfg.main_loop]
         scored = []
         s = 2
         while s <= CLUSTERK_MAX_SPLITS and shape.k >= s * cfg.bk and tiles * s <= 2 * NUM_SMS:
