@@ -75,6 +75,28 @@ def test_pruning_proposes_no_k_split_for_a_large_square():
     assert not any("splitk" in n or "streamk" in n for n in names)
 
 
+def test_cutlass_search_skips_launch_bound_shapes_and_swizzles_only_many_waves():
+    from kernelrl.gemm.space import CUTLASS_SEARCH_MIN_EST_US
+    from kernelrl.gemm.tune import FAMILY_CANDIDATES, TuneOptions
+
+    assert len({c.symbol for c in CUTLASS_CONFIGS}) == len(CUTLASS_CONFIGS)
+    small, mid, big = Shape(256, 256, 256), Shape(1024, 1024, 4096), Shape(8192, 8192, 8192)
+    assert roofline_us(small) < CUTLASS_SEARCH_MIN_EST_US and cutlass_candidates(small, 10) == []
+    assert roofline_us(mid) >= CUTLASS_SEARCH_MIN_EST_US
+    # 1024x1024 is 64 tiles of 128x128: under a wave, so no swizzle variants; 8192^2 is many waves
+    assert all(v.swizzle == 1 for v in cutlass_candidates(mid, 10))
+    big_names = cutlass_candidates(big, 10)
+    assert any(v.swizzle == 4 for v in big_names)
+    for i, v in enumerate(big_names):  # a swizzled variant comes after the same configuration without one
+        if v.swizzle == 4:
+            assert any(u.config == v.config and u.swizzle == 1 for u in big_names[:i])
+    # the clustered pingpong configurations are ranked for large squares
+    assert any(v.config.pingpong and v.config.cm * v.config.cn == 2 for v in big_names)
+    opt = TuneOptions()
+    assert FAMILY_CANDIDATES["cutlass"](big, "fp16", opt) == [v.name for v in cutlass_candidates(big, 10)]
+    assert FAMILY_CANDIDATES["cutlass"](big, "bf16", opt) == []  # the library is built for fp16 only
+
+
 def test_split_k_names_round_trip_and_a_malformed_one_says_the_form():
     for c in SPLITK_TILES:
         assert c.smem_bytes <= SMEM_BYTES
@@ -126,7 +148,7 @@ def test_tiled_search_is_for_launch_bound_shapes_only_and_keeps_tiles_within_the
     from kernelrl.gemm.tune import FAMILY_CANDIDATES, TuneOptions
 
     opt = TuneOptions()
-    assert FAMILY_CANDIDATES["tiled"](small, opt) == [c.name for c in tiled_candidates(small, opt.tiled_top)]
+    assert FAMILY_CANDIDATES["tiled"](small, "fp16", opt) == [c.name for c in tiled_candidates(small, opt.tiled_top)]
 
 
 def test_cluster_split_k_names_round_trip_and_a_bad_one_says_what_is_wrong():
@@ -178,7 +200,7 @@ def test_cluster_split_k_search_is_for_few_output_tiles_and_deep_k():
     from kernelrl.gemm.tune import FAMILY_CANDIDATES, TuneOptions, candidates
 
     opt = TuneOptions(lt_autotune=0, lt_extra=0)
-    names = FAMILY_CANDIDATES["clusterk"](Shape(64, 64, 2048), opt)
+    names = FAMILY_CANDIDATES["clusterk"](Shape(64, 64, 2048), "fp16", opt)
     assert names == [c.name for c in clusterk_candidates(Shape(64, 64, 2048), opt.clusterk_top)]
     assert set(names) <= set(candidates(Shape(64, 64, 2048), torch.float16, opt)[0])
     assert family(names[0]) == "clusterk"
@@ -414,7 +436,8 @@ def test_adding_a_family_searches_only_shapes_it_has_candidates_for_and_resumes(
         return fake_augment_shape(record, names, opt, tag)
 
     monkeypatch.setitem(tn.FAMILY_CANDIDATES, "splitk",
-                        lambda s, opt: grown(s, opt) + ["splitk:64x64x64_s9_w4/k2"] if grown(s, opt) else [])
+                        lambda s, dtype, opt: (grown(s, dtype, opt) + ["splitk:64x64x64_s9_w4/k2"]
+                                               if grown(s, dtype, opt) else []))
     monkeypatch.setattr(tn, "augment_shape", only_new)
     assert tn.augment(p, "splitk", log=logs.append) == 0
     assert asked == [["splitk:64x64x64_s9_w4/k2"]] * 2  # the space grew: only its new member is searched
@@ -576,6 +599,30 @@ def test_report_counts_shapes_measurably_below_the_floor(tmp_path):
     s = summarise(rows)
     assert s.below_098 == 1 and s.surely_below_098 == 1 and s.control_surely_below_098 == 0
     assert "Measurably below 0.98x" in markdown(rows)
+
+
+def test_report_reads_paired_speedups_where_the_file_has_them(tmp_path):
+    from kernelrl.gemm.bench import PAIRED
+    from kernelrl.gemm.timing import paired_ratio_ci
+
+    rows = read_rows(_csv(tmp_path, speedup=1.0))
+    # rounds in two clock states: torch's own median came from a fast round, kernelrl's (the same kernel) from
+    # a slow one, so the ratio of the medians says 0.90x while every round says 1.00x
+    rows[1].update(torch_us="148.7", kernelrl_us="164.3")
+    assert summarise(rows).worst_vs_torch == pytest.approx(148.7 / 164.3)
+    state = [148.7] * 10 + [164.3] * 11
+    paired = paired_ratio_ci(state, state)[0]
+    for r in rows:
+        r.update({PAIRED["torch"]: "1.0", PAIRED["cublaslt_heuristic"]: "1.02",
+                  PAIRED["cublaslt_autotune"]: "0.99", PAIRED["torch_control"]: "1.0"})
+    rows[1][PAIRED["torch"]] = str(paired)
+    s = summarise(rows)
+    assert s.worst_vs_torch == pytest.approx(1.0) and s.below_098 == 0
+    assert s.vs_autotune == pytest.approx(0.99) and s.vs_heuristic == pytest.approx(1.02)
+    md = markdown(rows)
+    assert "ratio of each implementation's own median instead" in md and "worst 0.905" in md
+    rows[2][PAIRED["torch"]] = ""  # one row without paired figures: the whole file falls back to the medians
+    assert summarise(rows).worst_vs_torch == pytest.approx(148.7 / 164.3)
 
 
 def test_a_benchmark_file_with_other_columns_is_not_appended_to(tmp_path):

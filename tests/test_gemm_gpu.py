@@ -192,3 +192,23 @@ def test_a_tuned_shape_records_the_enumerated_cublaslt_candidates_and_a_correct_
     assert all(rec["candidates"][k]["ok"] for k in enumerated), {k: rec["candidates"][k] for k in enumerated}
     assert rec["best_label"] in rec["candidates"] and rec["candidates"][rec["best_label"]]["ok"]
     assert rec["best_us"] <= rec["torch_us"] and rec["best_rel_err"] <= 2 * rec["torch_rel_err"]
+
+
+def test_a_benchmark_row_has_every_column_and_paired_speedups_that_agree_with_its_times():
+    from kernelrl.gemm.bench import PAIRED, bench_shape, columns
+    from kernelrl.gemm.timing import L2Flusher
+
+    s = Shape(512, 512, 4096)
+    tiled = "tiled:64x64x128_s3_w4"
+    d = Dispatcher(Table((Entry(s.m, s.n, s.k, "fp16", tiled, 1.0, 1.0),)))
+    record = {"dtype": "fp16", "cublaslt_heuristic": None, "cublaslt_autotune": None}
+    row = bench_shape(s, torch.float16, record, d, L2Flusher(), random.Random(0))
+    assert row["kernel"] == tiled and row["rel_err"] < 2 * row["torch_rel_err"]
+    assert set(row) <= set(columns())
+    # torch.matmul against itself: the paired median sits at 1 within replay noise, inside its own interval
+    assert row["control_ci_lo"] <= row[PAIRED["torch_control"]] <= row["control_ci_hi"]
+    assert 0.9 < row[PAIRED["torch_control"]] < 1.1
+    # the paired speedup lies inside its interval and near the ratio of the two medians
+    assert row["speedup_ci_lo"] <= row[PAIRED["torch"]] <= row["speedup_ci_hi"]
+    assert row[PAIRED["torch"]] == pytest.approx(row["torch_us"] / row["kernelrl_us"], rel=0.1)
+    assert row[PAIRED["cublaslt_autotune"]] == ""  # no baseline recorded: no paired figure either

@@ -21,13 +21,20 @@ from kernelrl.gemm.tune import DTYPE_NAMES, estimate_torch_us
 
 IMPLS = ("torch", "cublaslt_heuristic", "cublaslt_autotune", "kernelrl")
 EAGER_MODES = ("offline", "cold", "server", "latency", "host")
+# Columns of per-round paired speedups (graph mode): the median over the timing rounds of the baseline's time
+# over kernelrl's in the same round (torch.matmul's over its control's for the control). Each round replays
+# every implementation once, in a shuffled order, so a clock or power state that lasts a round hits both sides
+# of a ratio alike; the ratio of two columns' medians can take them from different rounds.
+PAIRED = {"torch": "speedup_paired", "cublaslt_heuristic": "speedup_vs_heuristic_paired",
+          "cublaslt_autotune": "speedup_vs_autotune_paired", "torch_control": "control_paired"}
 
 
 def columns() -> list[str]:
     cols = ["m", "n", "k", "dtype", "torch_us", "cublaslt_heuristic_us", "cublaslt_autotune_us", "kernelrl_us",
             "torch_control_us",
             "kernel", "rel_err", "torch_rel_err", "cublaslt_autotune_kernel",
-            "speedup_ci_lo", "speedup_ci_hi", "control_ci_lo", "control_ci_hi"]
+            "speedup_ci_lo", "speedup_ci_hi", "control_ci_lo", "control_ci_hi",
+            *PAIRED.values()]
     cols += [f"{impl}_{mode}_us" for mode in EAGER_MODES for impl in IMPLS]
     return cols
 
@@ -72,6 +79,10 @@ def bench_shape(s: Shape, dtype: torch.dtype, record: dict, disp: Dispatcher, fl
     # whose whole interval lies below 0.98 is measurably slower, not just unlucky in its medians
     _, row["speedup_ci_lo"], row["speedup_ci_hi"] = tm.paired_ratio_ci(per_round["torch"], per_round["kernelrl"])
     _, row["control_ci_lo"], row["control_ci_hi"] = tm.paired_ratio_ci(per_round["torch"], per_round["torch_control"])
+    for impl, col in PAIRED.items():
+        num, den = (per_round["torch"], per_round[impl]) if impl == "torch_control" else \
+            (per_round.get(impl), per_round["kernelrl"])
+        row[col] = tm.paired_ratio_ci(num, den)[0] if num else ""
     order = list(impls)
     rng.shuffle(order)
     for impl in order:

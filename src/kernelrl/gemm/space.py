@@ -344,7 +344,22 @@ CUTLASS_CONFIGS: tuple[CutlassConfig, ...] = (
     CutlassConfig(64, 128, 64, pingpong=True),
     CutlassConfig(128, 128, 64, pingpong=True),
     CutlassConfig(64, 256, 64, pingpong=True),
+    # Pingpong won 46 of the family's 47 shapes in the first grid search (128x128x64 alone, 45): it with the
+    # operand tiles multicast across a cluster of two, a smaller pingpong tile for mid-sized outputs, and the
+    # large cooperative tiles with the cluster along the other dimension
+    CutlassConfig(128, 128, 64, cm=2, pingpong=True),
+    CutlassConfig(128, 128, 64, cn=2, pingpong=True),
+    CutlassConfig(128, 64, 64, pingpong=True),
+    CutlassConfig(64, 256, 64, cm=2, pingpong=True),
+    CutlassConfig(128, 256, 64, cn=2),
+    CutlassConfig(256, 128, 64, cm=2),
 )
+# Where the search proposes the CUTLASS family: on the H200 it never came within 1% of torch.matmul on a shape
+# whose roofline estimate is under 8 us (its persistent kernels' fixed cost), so the search skips those.
+CUTLASS_SEARCH_MIN_EST_US = 6.0
+# Raster swizzle variants (the persistent scheduler's max_swizzle_size) for outputs of several waves of tiles,
+# where which tiles run together decides how often the operand tiles are found in L2.
+CUTLASS_SWIZZLE_MIN_WAVES = 2
 
 
 def roofline_us(shape: Shape) -> float:
@@ -359,12 +374,14 @@ def tile_efficiency(bm: int, bn: int) -> float:
 
 
 def estimate_us(shape: Shape, bm: int, bn: int, splits: int = 1, streamk: bool = False,
-                cluster: int = 1, fixup_share: float = 1.0) -> float:
+                cluster: int = 1, fixup_share: float = 1.0, tiles_in_flight: int = 1) -> float:
     """Cost-model time of one product with bm x bn tiles and a K split, microseconds (for ranking only).
-    `fixup_share`: the share of the split-K fix-up's DRAM traffic (partials written and read back) paid."""
+    `fixup_share`: the share of the split-K fix-up's DRAM traffic (partials written and read back) paid.
+    `tiles_in_flight`: output tiles one SM computes at once (a pingpong kernel's two consumer warpgroups each
+    own one), which its operand feed serves together."""
     tiles = math.ceil(shape.m / bm) * math.ceil(shape.n / bn)
     padded = tiles * bm * bn * shape.k * 2
-    per_sm = PEAK_FLOPS_PER_US / NUM_SMS * tile_efficiency(bm, bn)
+    per_sm = PEAK_FLOPS_PER_US / NUM_SMS * tile_efficiency(bm, bn * tiles_in_flight)
     if streamk:
         compute = padded / (NUM_SMS * per_sm) * 1.05 + 1.0  # balanced work plus fix-up
         fixup = 0.0
@@ -388,14 +405,18 @@ def triton_candidates(shape: Shape, top: int = 4) -> list[TritonConfig]:
 
 
 def cutlass_candidates(shape: Shape, top: int = 6) -> list[CutlassVariant]:
-    """The `top` CUTLASS variants (configuration x decomposition) the cost model ranks best for `shape`."""
+    """The `top` CUTLASS variants (configuration x decomposition x swizzle) the cost model ranks best for
+    `shape`; none for shapes whose estimate is under CUTLASS_SEARCH_MIN_EST_US."""
+    if roofline_us(shape) < CUTLASS_SEARCH_MIN_EST_US:
+        return []
     scored: list[tuple[float, int, CutlassVariant]] = []
     for i, cfg in enumerate(CUTLASS_CONFIGS):
         cluster = cfg.cm * cfg.cn
-        base = estimate_us(shape, cfg.tm, cfg.tn, cluster=cluster) * (0.97 if cfg.pingpong else 1.0)
+        base = (estimate_us(shape, cfg.tm, cfg.tn, cluster=cluster, tiles_in_flight=2) * 0.97 if cfg.pingpong
+                else estimate_us(shape, cfg.tm, cfg.tn, cluster=cluster))
+        tiles = math.ceil(shape.m / cfg.tm) * math.ceil(shape.n / cfg.tn)
         if cfg.streamk:
             scored.append((base, i, CutlassVariant(cfg, decomposition=1)))
-            tiles = math.ceil(shape.m / cfg.tm) * math.ceil(shape.n / cfg.tn)
             if tiles < NUM_SMS and shape.k >= 512:
                 scored.append((estimate_us(shape, cfg.tm, cfg.tn, streamk=True), i,
                                CutlassVariant(cfg, decomposition=3)))
@@ -405,6 +426,9 @@ def cutlass_candidates(shape: Shape, top: int = 6) -> list[CutlassVariant]:
                                        CutlassVariant(cfg, decomposition=2, splits=s)))
         else:
             scored.append((base, i, CutlassVariant(cfg)))
+            if tiles >= CUTLASS_SWIZZLE_MIN_WAVES * NUM_SMS:
+                # ranked just after the same configuration without the swizzle (the model cannot tell them apart)
+                scored.append((base * 1.001, i, CutlassVariant(cfg, swizzle=4)))
     scored.sort(key=lambda t: (t[0], t[1]))
     return [v for _, _, v in scored[:top]]
 

@@ -53,7 +53,7 @@ class TuneOptions:
     splitk_top: int = 8  # Triton split-K configurations (shapes with a small output and a deep K only)
     tiled_top: int = 24  # Triton tiled configurations (launch-bound shapes only)
     clusterk_top: int = 20  # CUDA cluster split-K configurations (few output tiles, deep K only)
-    cutlass_top: int = 6
+    cutlass_top: int = 10
     finalists: int = 3  # re-timed against the baselines, interleaved
     margin: float = 0.01  # a kernel must beat torch.matmul by this fraction to replace it (medians) ...
     ci_floor: float = 1.0  # ... and the low end of the 95% interval of its speedup, paired by round, reach this
@@ -243,9 +243,14 @@ def _runners_up(record: dict, n: int) -> list[str]:
     return [name for _, name in sorted(timed)[:n]]
 
 
-FAMILY_CANDIDATES = {"splitk": lambda s, opt: [c.name for c in splitk_candidates(s, opt.splitk_top)],
-                     "tiled": lambda s, opt: [c.name for c in tiled_candidates(s, opt.tiled_top)],
-                     "clusterk": lambda s, opt: [c.name for c in clusterk_candidates(s, opt.clusterk_top)]}
+FAMILY_CANDIDATES = {
+    "splitk": lambda s, dtype, opt: [c.name for c in splitk_candidates(s, opt.splitk_top)],
+    "tiled": lambda s, dtype, opt: [c.name for c in tiled_candidates(s, opt.tiled_top)],
+    "clusterk": lambda s, dtype, opt: [c.name for c in clusterk_candidates(s, opt.clusterk_top)],
+    # the CUTLASS library is built for fp16 only (as `candidates` searches it)
+    "cutlass": lambda s, dtype, opt: ([v.name for v in cutlass_candidates(s, opt.cutlass_top)]
+                                      if dtype == "fp16" else []),
+}
 
 
 def augment(path: Path, family: str, shapes: list[Shape] | None = None, opt: TuneOptions = TuneOptions(),
@@ -258,7 +263,8 @@ def augment(path: Path, family: str, shapes: list[Shape] | None = None, opt: Tun
         raise ValueError(f"unknown family to add {family!r}: one of {sorted(FAMILY_CANDIDATES)}")
 
     def new_names(s: Shape, record: dict) -> list[str] | None:
-        names = [n for n in FAMILY_CANDIDATES[family](s, opt) if n not in record.get("candidates", {})]
+        names = [n for n in FAMILY_CANDIDATES[family](s, record["dtype"], opt)
+                 if n not in record.get("candidates", {})]
         return names or None
 
     return _revisit(path, new_names, family, shapes, opt, deadline_s, log)
