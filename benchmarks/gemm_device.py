@@ -125,6 +125,9 @@ def main() -> None:
     ap.add_argument("--redecide", action="store_true", help="choose every recorded shape's winner again, "
                     "timing the finalists as the dispatch calls them (resumes; see tune.redecide)")
     ap.add_argument("--fresh-bench", action="store_true", help="benchmark every shape again (the table changed)")
+    ap.add_argument("--demote", action="store_true", help="send back to torch.matmul the shapes whose kernel the "
+                    "committed benchmark found measurably slower than torch.matmul (tune.demote); implies "
+                    "--fresh-bench")
     args = ap.parse_args()
     OUT.mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("TRITON_CACHE_DIR", str(ROOT / ".kernelrl-cache" / "triton"))
@@ -135,7 +138,7 @@ def main() -> None:
         host_overhead()
     from kernelrl.gemm.shapes import Shape, read_shapes
     from kernelrl.gemm.table import from_records, read_records
-    from kernelrl.gemm.tune import augment, redecide, tune
+    from kernelrl.gemm.tune import augment, demote, redecide, tune
 
     shapes = read_shapes(args.shapes)
     tune_gz = RESULTS / "gemm_tune_h200.jsonl.gz"
@@ -163,6 +166,11 @@ def main() -> None:
                                  log=log)
         if args.redecide and not unsearched:
             unsearched = redecide(work, shapes, deadline_s=left(args.deadline) - args.bench_reserve - 30, log=log)
+        if args.demote:
+            import csv
+
+            with (RESULTS / "gemm_h200.csv").open() as f:
+                log(f"demoted {demote(work, list(csv.DictReader(f)), log=log)} shapes")
     finally:
         with work.open("rb") as src, gzip.open(OUT / "gemm_tune_h200.jsonl.gz", "wb") as dst:
             shutil.copyfileobj(src, dst)
@@ -191,7 +199,7 @@ def main() -> None:
         csv_path = RESULTS / "gemm_h200.csv"
         work_csv = Path("/tmp/gemm_h200.csv")
         work_csv.unlink(missing_ok=True)
-        if csv_path.is_file() and not args.fresh_bench:
+        if csv_path.is_file() and not (args.fresh_bench or args.demote):
             shutil.copy(csv_path, work_csv)
         try:
             bench(shapes, tuned, Dispatcher(table), work_csv, deadline_s=left(args.deadline) - 20, log=log)

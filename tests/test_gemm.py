@@ -445,6 +445,37 @@ def test_adding_a_family_searches_only_shapes_it_has_candidates_for_and_resumes(
         tn.augment(p, "triton")
 
 
+def test_demoting_sends_back_to_torch_only_kernels_the_benchmark_found_measurably_slower(tmp_path):
+    from kernelrl.gemm import tune as tn
+    from kernelrl.gemm.table import from_records, read_records
+
+    def rec(m, best):
+        return {"m": m, "n": 64, "k": 64, "dtype": "fp16", "best": best, "best_label": best, "best_us": 2.0,
+                "torch_us": 2.2, "torch_rel_err": 2e-4, "best_rel_err": 2e-4, "candidates": {}}
+
+    recs = [rec(64, "tiled:a"), rec(128, "tiled:b"), rec(256, "tiled:c"), rec(512, "torch"), rec(1024, "tiled:e")]
+    p = tmp_path / "r.jsonl"
+    p.write_text("".join(json.dumps(r) + "\n" for r in recs))
+
+    def row(m, kernel, lo, hi):
+        return {"m": str(m), "n": "64", "k": "64", "dtype": "fp16", "kernel": kernel,
+                "speedup_ci_lo": str(lo), "speedup_ci_hi": str(hi)}
+
+    rows = [row(64, "tiled:a", 0.93, 0.96),  # measurably slower: demoted
+            row(128, "tiled:b", 0.97, 1.01),  # its interval reaches 1: kept
+            row(256, "tiled:other", 0.90, 0.95),  # the row benchmarked another kernel than the record's winner
+            row(512, "torch", 0.98, 0.99),  # already torch
+            row(1024, "tiled:e", "", "")]  # no interval in the file: not judged
+    logs = []
+    assert tn.demote(p, rows, log=logs.append) == 1 and len(logs) == 1 and "64x64x64" in logs[0]
+    out = {r["m"]: r for r in read_records(p)}
+    assert len(out) == 5 and out[64]["best"] == "torch" and out[64]["best_us"] == 2.2
+    assert out[64]["demoted"] == {"kernel": "tiled:a", "label": "tiled:a", "benchmark_speedup_interval": [0.93, 0.96]}
+    assert [out[m]["best"] for m in (128, 256, 512, 1024)] == ["tiled:b", "tiled:c", "torch", "tiled:e"]
+    assert (64, 64, 64, "fp16") not in from_records(list(out.values()), {}).lookup()
+    assert tn.demote(p, rows) == 0  # done once: nothing left to demote
+
+
 def test_redeciding_visits_every_record_once_with_its_runners_up_and_resumes(tmp_path, monkeypatch):
     from kernelrl.gemm import tune as tn
 

@@ -321,6 +321,38 @@ def _revisit(path: Path, names_for, tag: str, shapes: list[Shape] | None, opt: T
     return len(todo) - n
 
 
+def demote(path: Path, bench_rows: list[dict], log=print) -> int:
+    """Send back to torch.matmul every recorded shape whose benchmark row (`bench.bench_shape`'s CSV row) ran
+    the record's winner and found it measurably slower than torch.matmul: the whole 95% interval of torch's
+    time over the kernel's, paired within each timing round, below 1. The tuner's final timing and the
+    benchmark are separate runs, and a kernel that won one by a small margin can lose the other. The record
+    keeps what was demoted and why (`demoted`); returns the number of shapes demoted. Benchmark afresh
+    afterwards: the rows that decided a demotion must not also report its result."""
+    from kernelrl.gemm.table import read_records
+
+    by_key = {(r["m"], r["n"], r["k"], r["dtype"]): r for r in read_records(path)}
+    n = 0
+    for row in bench_rows:
+        key = (int(row["m"]), int(row["n"]), int(row["k"]), row["dtype"])
+        rec = by_key.get(key)
+        if (rec is None or rec["best"] == "torch" or row["kernel"] != rec["best"]
+                or row.get("speedup_ci_hi") in ("", None) or float(row["speedup_ci_hi"]) >= 1.0):
+            continue
+        interval = [float(row["speedup_ci_lo"]), float(row["speedup_ci_hi"])]
+        by_key[key] = {**rec, "best": "torch", "best_label": "torch", "best_us": rec["torch_us"],
+                       "best_rel_err": rec["torch_rel_err"],
+                       "demoted": {"kernel": rec["best"], "label": rec.get("best_label", rec["best"]),
+                                   "benchmark_speedup_interval": interval}}
+        n += 1
+        log(f"{Shape(*key[:3])} {key[3]}: {rec.get('best_label', rec['best'])} demoted to torch (benchmark: "
+            f"{interval[0]:.3f}-{interval[1]:.3f}x)")
+    if n:
+        tmp = Path(f"{path}.tmp")
+        tmp.write_text("".join(json.dumps(r) + "\n" for r in by_key.values()))
+        tmp.replace(path)
+    return n
+
+
 def done_keys(path: Path) -> set[tuple[int, int, int, str]]:
     """(m, n, k, dtype) of every record already in the results file."""
     keys = set()
