@@ -1,8 +1,12 @@
-"""Does torch.matmul time differently in the tuner's final round than in the benchmark? For a few shapes, the
-tuner's final choice (`tune.augment_shape` with no new candidates) and the benchmark's row (`bench.bench_shape`)
-alternate, each twice, with the SM clock and power read before each; prints torch.matmul's time and the
-winner's in each. Run on the GPU machine from the repository root (results under $OUT):
-    python3 benchmarks/gemm_torch_context.py
+"""Why do torch.matmul and a tuned kernel compare differently from one run to the next?
+
+`context`: for a few shapes, the tuner's final choice (`tune.augment_shape` with no new candidates) and the
+benchmark's row (`bench.bench_shape`) alternate, each twice, with the SM clock and power read before each.
+`placement`: for a few shapes, torch.matmul, its control and the tuned kernel are timed, paired by round, on
+three sets of input buffers allocated one after another (all held), then on the first set again with the
+graphs captured afresh: whether a ratio moves with the buffers or with the graphs.
+Run on the GPU machine from the repository root (results under $OUT):
+    python3 benchmarks/gemm_torch_context.py [context|placement ...]
 """
 from __future__ import annotations
 
@@ -18,6 +22,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 OUT = Path(os.environ.get("OUT", "/tmp/gemm_out"))
 SHAPES = [(256, 4096, 2048), (4096, 256, 2048), (256, 8192, 128), (256, 1024, 12288)]
+PLACEMENT_SHAPES = [(256, 4096, 2048), (256, 1024, 12288), (12288, 64, 16384), (4096, 256, 2048)]
 
 
 def clocks() -> str:
@@ -62,5 +67,41 @@ def main() -> None:
     (OUT / "gemm_torch_context.log").write_text("\n".join(lines) + "\n")
 
 
+def placement() -> None:
+    import torch
+
+    from kernelrl.gemm import timing as tm
+    from kernelrl.gemm.registry import make_launcher
+    from kernelrl.gemm.tune import as_dispatched
+
+    OUT.mkdir(parents=True, exist_ok=True)
+    src = ROOT / "benchmarks" / "results" / "gemm_tune_h200.jsonl.gz"
+    recs = {(r["m"], r["n"], r["k"], r["dtype"]): r for r in map(json.loads, gzip.open(src, "rt"))}
+    rng, lines = random.Random(2), []
+    for m, n, k in PLACEMENT_SHAPES:
+        rec = recs[(m, n, k, "fp16")]
+        best = rec.get("demoted", {}).get("kernel") or rec["best"]
+        fns = {"torch": (torch.matmul, False), "control": (torch.matmul, False),
+               "kernel": (as_dispatched(make_launcher(best, m, n, k)), False)}
+        calls = tm.calls_for((rec["torch_us"]))
+        held = []
+        for label in ("set0", "set1", "set2", "set0-again"):
+            if label != "set0-again":
+                held.append(tm.Inputs(m, n, k))
+            inp = held[0] if label == "set0-again" else held[-1]
+            pr: dict = {}
+            med = tm.time_graphs(fns, inp, calls, 15, rng, pr)
+            r, lo, hi = tm.paired_ratio_ci(pr["torch"], pr["kernel"])
+            c, clo, chi = tm.paired_ratio_ci(pr["torch"], pr["control"])
+            lines.append(f"{m}x{n}x{k} {label} [{clocks()}] a0=0x{inp.a[0].data_ptr():x}: torch {med['torch']:.2f} "
+                         f"kernel {med['kernel']:.2f} torch/kernel {r:.3f} ({lo:.3f}-{hi:.3f}) "
+                         f"torch/control {c:.3f} ({clo:.3f}-{chi:.3f}) [{best[:40]}]")
+            print(lines[-1], flush=True)
+        del held
+        torch.cuda.synchronize()
+    (OUT / "gemm_placement.log").write_text("\n".join(lines) + "\n")
+
+
 if __name__ == "__main__":
-    main()
+    for part in sys.argv[1:] or ["context", "placement"]:
+        {"context": main, "placement": placement}[part]()
