@@ -315,10 +315,15 @@ def _revisit(path: Path, names_for, tag: str, shapes: list[Shape] | None, opt: T
         log(f"{Shape(*key[:3])} {key[3]} {tag}: torch {new['torch_us']:.2f}us best {new['best_label']} "
             f"{new['best_us']:.2f}us ({new['torch_us'] / new['best_us']:.3f}x; was {was})")
     if n:
-        tmp = Path(f"{path}.tmp")
-        tmp.write_text("".join(json.dumps(r) + "\n" for r in by_key.values()))
-        tmp.replace(path)
+        _rewrite(path, by_key.values())
     return len(todo) - n
+
+
+def _rewrite(path: Path, records) -> None:
+    """Replace the records file with `records`, one per line, through a temporary file (never half written)."""
+    tmp = Path(f"{path}.tmp")
+    tmp.write_text("".join(json.dumps(r) + "\n" for r in records))
+    tmp.replace(path)
 
 
 def demote(path: Path, bench_rows: list[dict], log=print) -> int:
@@ -347,9 +352,7 @@ def demote(path: Path, bench_rows: list[dict], log=print) -> int:
         log(f"{Shape(*key[:3])} {key[3]}: {rec.get('best_label', rec['best'])} demoted to torch (benchmark: "
             f"{interval[0]:.3f}-{interval[1]:.3f}x)")
     if n:
-        tmp = Path(f"{path}.tmp")
-        tmp.write_text("".join(json.dumps(r) + "\n" for r in by_key.values()))
-        tmp.replace(path)
+        _rewrite(path, by_key.values())
     return n
 
 
