@@ -83,7 +83,7 @@ def placement() -> None:
         best = rec.get("demoted", {}).get("kernel") or rec["best"]
         fns = {"torch": (torch.matmul, False), "control": (torch.matmul, False),
                "kernel": (as_dispatched(make_launcher(best, m, n, k)), False)}
-        calls = tm.calls_for((rec["torch_us"]))
+        calls = tm.calls_for(rec["torch_us"])
         held = []
         for label in ("set0", "set1", "set2", "set0-again"):
             if label != "set0-again":
