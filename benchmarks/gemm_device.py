@@ -122,8 +122,9 @@ def main() -> None:
                          "changed), so they are tuned again")
     ap.add_argument("--augment", default="", help="search this family (e.g. splitk) on the recorded shapes "
                     "that have candidates of it and were not searched for it yet")
-    ap.add_argument("--redecide", action="store_true", help="choose every recorded shape's winner again, "
-                    "timing the finalists as the dispatch calls them (resumes; see tune.redecide)")
+    ap.add_argument("--redecide", nargs="?", const="redecided", default=None, metavar="TAG",
+                    help="choose again the winner of every recorded shape not yet tagged TAG, timing the "
+                         "finalists as the tuner now does (resumes; see tune.redecide)")
     ap.add_argument("--fresh-bench", action="store_true", help="benchmark every shape again (the table changed)")
     ap.add_argument("--demote", action="store_true", help="send back to torch.matmul the shapes whose kernel the "
                     "committed benchmark found measurably slower than torch.matmul (tune.demote); implies "
@@ -165,7 +166,8 @@ def main() -> None:
             unsearched = augment(work, args.augment, shapes, deadline_s=left(args.deadline) - args.bench_reserve - 30,
                                  log=log)
         if args.redecide and not unsearched:
-            unsearched = redecide(work, shapes, deadline_s=left(args.deadline) - args.bench_reserve - 30, log=log)
+            unsearched = redecide(work, shapes, deadline_s=left(args.deadline) - args.bench_reserve - 30, log=log,
+                                  tag=args.redecide)
         if args.demote:
             import csv
 

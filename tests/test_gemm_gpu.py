@@ -212,3 +212,22 @@ def test_a_benchmark_row_has_every_column_and_paired_speedups_that_agree_with_it
     assert row["speedup_ci_lo"] <= row[PAIRED["torch"]] <= row["speedup_ci_hi"]
     assert row[PAIRED["torch"]] == pytest.approx(row["torch_us"] / row["kernelrl_us"], rel=0.1)
     assert row[PAIRED["cublaslt_autotune"]] == ""  # no baseline recorded: no paired figure either
+
+
+def test_placed_timing_spreads_its_rounds_over_fresh_buffers_each_with_its_own_graphs():
+    from kernelrl.gemm import timing as tm
+
+    inp = tm.Inputs(256, 256, 256, torch.float16)
+    read: set[int] = set()
+
+    def probe(a, b):  # called while each graph is captured: notes the buffers that graph reads
+        read.add(a.data_ptr())
+        return torch.matmul(a, b)
+
+    per_round: dict = {}
+    med = tm.time_graphs_placed({"torch": (torch.matmul, False), "probe": (probe, False)}, inp, 4, 7, 3,
+                                random.Random(0), per_round)
+    assert set(med) == {"torch", "probe"} and all(v > 0 for v in med.values())
+    assert [len(v) for v in per_round.values()] == [9, 9]  # ceil(7 / 3) rounds on each of three placements
+    first = {a.data_ptr() for a in inp.a[:4]}
+    assert first < read and len(read) == 3 * len(first)  # the given buffers, then two fresh sets, all distinct

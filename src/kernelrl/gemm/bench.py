@@ -21,7 +21,7 @@ from kernelrl.gemm.shapes import Shape
 from kernelrl.gemm.tune import DTYPE_NAMES, estimate_torch_us
 
 IMPLS = ("torch", "cublaslt_heuristic", "cublaslt_autotune", "kernelrl")
-PLACEMENTS = 3  # sets of input buffers the graph-mode rounds are spread over
+PLACEMENTS = 3  # sets of input buffers the graph-mode rounds are spread over (as the tuner's final timing)
 EAGER_MODES = ("offline", "cold", "server", "latency", "host")
 # Columns of per-round paired speedups (graph mode): the median over the timing rounds of the baseline's time
 # over kernelrl's in the same round (torch.matmul's over its control's for the control). Each round replays
@@ -73,20 +73,10 @@ def bench_shape(s: Shape, dtype: torch.dtype, record: dict, disp: Dispatcher, fl
     # time as its own control, so that the spread between two identical programs shows the noise floor
     graphed = {**impls, "torch_control": (torch.matmul, False)}
     rounds = 21 if est > 50 else 31  # short kernels: more rounds against replay noise
-    # The rounds are spread over PLACEMENTS sets of buffers, each allocated while the earlier ones are still
-    # held (so at other addresses), each with its own graphs: a ratio can hold steady within one set of buffers
-    # and move between sets (H200: 256x4096x2048 measured 1.06x and 0.95x in two runs a second apart), so
-    # one set's interval would speak for that placement only.
+    # the rounds spread over PLACEMENTS sets of buffers, each with its own graphs (see time_graphs_placed)
+    inp = tm.Inputs(s.m, s.n, s.k, dtype)
     per_round: dict[str, list[float]] = {}
-    placements = []
-    for _ in range(PLACEMENTS):
-        placements.append(tm.Inputs(s.m, s.n, s.k, dtype))
-        group: dict[str, list[float]] = {}
-        tm.time_graphs(graphed, placements[-1], calls, math.ceil(rounds / PLACEMENTS), rng, group)
-        for impl, times in group.items():
-            per_round.setdefault(impl, []).extend(times)
-    inp = placements[0]
-    del placements[1:]
+    tm.time_graphs_placed(graphed, inp, calls, rounds, PLACEMENTS, rng, per_round)
     for impl, times in per_round.items():
         row[f"{impl}_us"] = statistics.median(times)
     # 95% intervals of torch's time over kernelrl's (and over the control's), paired within each round: a shape

@@ -28,6 +28,7 @@ class Inputs:
         if sets is None:
             sets = math.ceil(3 * L2_BYTES / per_set)
         sets = max(1, min(sets, 64, max_bytes // per_set))
+        self.m, self.n, self.k, self.dtype = m, n, k, dtype
         g = torch.Generator(device="cuda")
         g.manual_seed(random.getrandbits(62))
         self.a = [torch.randn(m, k, device="cuda", dtype=dtype, generator=g) for _ in range(sets)]
@@ -113,6 +114,29 @@ def time_graphs(fns: dict[str, tuple], inp: Inputs, calls: int, rounds: int = 10
     if per_round is not None:
         per_round.update(times)
     del graphs
+    return {n: statistics.median(v) for n, v in times.items()}
+
+
+def time_graphs_placed(fns: dict[str, tuple], inp: Inputs, calls: int, rounds: int, placements: int,
+                       rng: random.Random | None = None, per_round: dict | None = None) -> dict[str, float]:
+    """time_graphs with its rounds spread over `placements` sets of buffers: `inp`, then fresh ones like it,
+    each allocated while the earlier ones are still held (so at other addresses), each with its own graphs;
+    median per call over all rounds, us. A ratio can hold steady within one set of buffers and its graphs and
+    move between sets (H200: 256x4096x2048 measured 1.06x and 0.95x in two runs a second apart), so one set
+    speaks for that placement only. `per_round` receives every round's times, placement after placement."""
+    rng = rng or random.Random(0)
+    times: dict[str, list[float]] = {}
+    held = [inp]
+    for p in range(placements):
+        if p:
+            held.append(Inputs(inp.m, inp.n, inp.k, inp.dtype, sets=len(inp)))
+        group: dict[str, list[float]] = {}
+        time_graphs(fns, held[-1], calls, math.ceil(rounds / placements), rng, group)
+        for name, ts in group.items():
+            times.setdefault(name, []).extend(ts)
+    del held[1:]
+    if per_round is not None:
+        per_round.update(times)
     return {n: statistics.median(v) for n, v in times.items()}
 
 

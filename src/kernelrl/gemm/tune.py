@@ -22,7 +22,7 @@ from kernelrl.gemm.registry import make_launcher
 from kernelrl.gemm.shapes import Shape
 from kernelrl.gemm.space import (clusterk_candidates, cutlass_candidates, roofline_us, splitk_candidates,
                                  tiled_candidates, triton_candidates)
-from kernelrl.gemm.timing import Inputs, calls_for, paired_ratio_ci, time_graph, time_graphs
+from kernelrl.gemm.timing import Inputs, calls_for, paired_ratio_ci, time_graph, time_graphs_placed
 
 DTYPE_NAMES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 BROKEN: set[str] = set()  # Triton kernels (name up to the run-time part) that failed to compile in this process
@@ -55,10 +55,11 @@ class TuneOptions:
     clusterk_top: int = 20  # CUDA cluster split-K configurations (few output tiles, deep K only)
     cutlass_top: int = 10
     finalists: int = 3  # re-timed against the baselines, interleaved
-    margin: float = 0.01  # a kernel must beat torch.matmul by this fraction to replace it (medians) ...
+    margin: float = 0.005  # a kernel must beat torch.matmul by this fraction to replace it (medians) ...
     ci_floor: float = 1.0  # ... and the low end of the 95% interval of its speedup, paired by round, reach this
     replays: int = 3
-    final_rounds: int = 12
+    final_rounds: int = 15
+    final_placements: int = 3  # sets of buffers the final rounds are spread over, each with its own graphs
 
 
 def estimate_torch_us(s: Shape) -> float:
@@ -188,8 +189,9 @@ def _final(results: dict[str, dict], launchers: dict, baselines: list[str | None
            opt: TuneOptions) -> tuple[dict[str, float], str]:
     """Time the fastest few candidates, torch.matmul and the baselines again, replays interleaved so that
     drift hits all alike, each called as the dispatch calls it (torch.matmul(a, b) itself, the others with a
-    fresh output); (their times, the winner: torch unless a kernel beats it by the margin with medians and is
-    measurably not slower: the 95% interval of torch's time over its own, paired within each round, starts at
+    fresh output), the rounds spread over `opt.final_placements` sets of buffers as the benchmark spreads its
+    own; (their times, the winner: torch unless a kernel beats it by the margin with medians and is measurably
+    not slower: the 95% interval of torch's time over its own, paired within each round, starts at
     `opt.ci_floor` or above)."""
     timed = {n: r["us"] for n, r in results.items() if "us" in r}
     torch_err = results["torch"]["rel_err"]
@@ -199,7 +201,7 @@ def _final(results: dict[str, dict], launchers: dict, baselines: list[str | None
     final_set = list(dict.fromkeys(["torch", *rivals, *(b for b in baselines if b)]))
     fns = {n: (torch.matmul if n == "torch" else as_dispatched(launchers[n]), False) for n in final_set}
     per_round: dict[str, list[float]] = {}
-    final_us = time_graphs(fns, inp, calls, opt.final_rounds, per_round=per_round)
+    final_us = time_graphs_placed(fns, inp, calls, opt.final_rounds, opt.final_placements, per_round=per_round)
     best = min((n for n in final_us if n != "torch" and results[n]["rel_err"] <= 2 * torch_err),
                key=final_us.get, default="torch")
     if best == "torch" or final_us[best] > final_us["torch"] * (1 - opt.margin):
@@ -270,19 +272,19 @@ def augment(path: Path, family: str, shapes: list[Shape] | None = None, opt: Tun
     return _revisit(path, new_names, family, shapes, opt, deadline_s, log)
 
 
-REDECIDED = "redecided"  # the tag of records whose winner was chosen again by `redecide`
+REDECIDED = "redecided"  # the tag of records whose winner was chosen again by `redecide` (the first time)
 
 
 def redecide(path: Path, shapes: list[Shape] | None = None, opt: TuneOptions = TuneOptions(),
-             deadline_s: float = math.inf, log=print) -> int:
+             deadline_s: float = math.inf, log=print, tag: str = REDECIDED) -> int:
     """Choose every recorded shape's winner again, as `augment` does but with no new candidates: torch, the
     recorded winner, the baselines and the two fastest other candidates are checked and timed afresh, as the
-    dispatch calls them. For records decided before the final timing called kernels that way. Resumes like
-    `augment`; returns the number of shapes left."""
+    dispatch calls them. For records decided before the final timing changed (a new `tag` for each change:
+    records that carry it are not visited again). Resumes like `augment`; returns the number of shapes left."""
     def once(s: Shape, record: dict) -> list[str] | None:
-        return None if REDECIDED in record.get("augmented", []) else []
+        return None if tag in record.get("augmented", []) else []
 
-    return _revisit(path, once, REDECIDED, shapes, opt, deadline_s, log)
+    return _revisit(path, once, tag, shapes, opt, deadline_s, log)
 
 
 def _revisit(path: Path, names_for, tag: str, shapes: list[Shape] | None, opt: TuneOptions, deadline_s: float,
