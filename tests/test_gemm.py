@@ -191,8 +191,13 @@ def test_cluster_split_k_search_is_for_few_output_tiles_and_deep_k():
     assert all(2048 >= c.splits * c.bk for c in cands)  # every block of a cluster gets a K step
     tiles = [c.name.split("/")[0] for c in clusterk_candidates(Shape(512, 512, 4096), 8)]
     assert len(set(tiles[:5])) == 5  # every fitting tile gets its best cluster size before any a second
-    for c in clusterk_candidates(Shape(1024, 1024, 8192), 8):
-        assert (1024 // c.bm) * (1024 // c.bn) * c.splits <= 2 * 132  # at most two waves of blocks
+    for c in clusterk_candidates(Shape(1024, 1024, 8192), 24):
+        # at most two waves of blocks, of as many blocks as the SMs hold at once
+        assert (1024 // c.bm) * (1024 // c.bn) * c.splits <= 2 * 132 * c.resident
+    # a configuration whose blocks share an SM two at a time: the model counts its waves by twice the SMs
+    shared = ClusterKConfig.parse("clusterk:64x128x64_s3_w4_tma/c4")
+    assert shared.resident == 2 and ClusterKConfig.parse("clusterk:64x128x64_s6_w4_tma/c4").resident == 1
+    assert shared.with_splits(4) in clusterk_candidates(Shape(1024, 1024, 8192), 24)  # 512 blocks, 2 waves of 264
     assert clusterk_candidates(Shape(64, 64, 256)) == []  # a shallow K: little to split
     assert clusterk_candidates(Shape(2048, 2048, 4096)) == []  # 256 tiles of 128x128: the SMs are full
     assert clusterk_candidates(Shape(64, 68, 4096)) == []  # rows of N not 16-byte aligned

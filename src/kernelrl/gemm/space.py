@@ -8,6 +8,7 @@ from kernelrl.gemm.shapes import Shape
 
 NUM_SMS = 132  # H200 SXM
 SMEM_BYTES = 227 * 1024  # largest dynamic shared memory one block may take on Hopper
+SM_SMEM_BYTES = 228 * 1024  # shared memory of one SM, shared by its resident blocks (each also reserves 1 KiB)
 DRAM_BYTES_PER_US = 4.2e6  # measured device copy rate, bytes per microsecond
 PEAK_FLOPS_PER_US = 760e6  # measured fp16 torch.matmul rate on 8192^3, flop per microsecond
 LAUNCH_US = 2.5  # fixed cost of one kernel in a graph replay, microseconds
@@ -194,6 +195,11 @@ class ClusterKConfig(_Tile):
             pipe = 2 * self.stages * (self.bm * (self.bk + 8) + self.bk * (self.bn + 8))
         return pipe + 4 * self.bm * (self.bn + 4) + (16 * self.stages if self.tma else 0)
 
+    @property
+    def resident(self) -> int:
+        """Blocks of this configuration one SM holds at once (by shared memory, its limit here)."""
+        return max(1, SM_SMEM_BYTES // (self.smem_bytes + 1024))
+
     def with_splits(self, splits: int) -> "ClusterKConfig":
         return replace(self, splits=splits)
 
@@ -325,7 +331,10 @@ CLUSTERK_TILES: tuple[ClusterKConfig, ...] = (
     # loop has a fixed cost that the copy engine does not remove
     *(ClusterKConfig(bm, bn, bk, st, w, wgmma=True, tma=True) for (bm, bn, bk, st, w) in [
         (64, 64, 128, 4, 4), (64, 64, 128, 6, 4), (64, 64, 256, 3, 4), (64, 128, 64, 6, 4), (64, 128, 128, 3, 4),
-        (128, 64, 64, 6, 8), (128, 64, 128, 3, 8), (128, 128, 64, 4, 8)]),
+        (128, 64, 64, 6, 8), (128, 64, 128, 3, 8), (128, 128, 64, 4, 8),
+        # shallow pipelines that let two blocks share an SM, one block's trip round the loop overlapping the
+        # other's tensor-core work
+        (64, 64, 64, 5, 4), (64, 128, 64, 3, 4), (128, 64, 64, 3, 8)]),
 )
 # Cost-model factor of each main loop's time per K step (ranking only), from one block's time on
 # 64x64x16384 on the H200 (benchmarks/results/gemm_runs/probe_clusterk_tma*): mma.sync 435 ns per 64x64x64
@@ -334,6 +343,8 @@ CLUSTERK_TILES: tuple[ClusterKConfig, ...] = (
 CLUSTERK_LOOP_COST = {"mma": 1.0, "wg": 0.56, "tma": 0.37}
 CLUSTERK_MAX_SPLITS = 16  # the largest (non-portable) cluster Hopper places
 CLUSTERK_REDUCE_US = 0.15  # cost model: one more block's partials exchanged over distributed shared memory
+# Cost model: the share of the loop's per-step cost left when two blocks share an SM (a guess to rank with)
+CLUSTERK_SHARED_SM_COST = 0.7
 
 CUTLASS_CONFIGS: tuple[CutlassConfig, ...] = (
     CutlassConfig(128, 128, 64, streamk=True),
@@ -374,11 +385,12 @@ def tile_efficiency(bm: int, bn: int) -> float:
 
 
 def estimate_us(shape: Shape, bm: int, bn: int, splits: int = 1, streamk: bool = False,
-                cluster: int = 1, fixup_share: float = 1.0, tiles_in_flight: int = 1) -> float:
+                cluster: int = 1, fixup_share: float = 1.0, tiles_in_flight: int = 1, resident: int = 1) -> float:
     """Cost-model time of one product with bm x bn tiles and a K split, microseconds (for ranking only).
     `fixup_share`: the share of the split-K fix-up's DRAM traffic (partials written and read back) paid.
     `tiles_in_flight`: output tiles one SM computes at once (a pingpong kernel's two consumer warpgroups each
-    own one), which its operand feed serves together."""
+    own one), which its operand feed serves together. `resident`: blocks one SM holds at once (a wave is
+    that many times larger, and its blocks share the SM's tensor cores)."""
     tiles = math.ceil(shape.m / bm) * math.ceil(shape.n / bn)
     padded = tiles * bm * bn * shape.k * 2
     per_sm = PEAK_FLOPS_PER_US / NUM_SMS * tile_efficiency(bm, bn * tiles_in_flight)
@@ -387,10 +399,11 @@ def estimate_us(shape: Shape, bm: int, bn: int, splits: int = 1, streamk: bool =
         fixup = 0.0
     else:
         work_units = tiles * splits
-        waves = math.ceil(work_units / NUM_SMS)
+        slots = NUM_SMS * resident
+        waves = math.ceil(work_units / slots)
         # clusters place tiles in pairs: an odd tail wastes up to one SM per cluster
-        waves = math.ceil(work_units / (NUM_SMS - (NUM_SMS % cluster))) if cluster > 1 else waves
-        compute = waves * (bm * bn * (shape.k / splits) * 2) / per_sm
+        waves = math.ceil(work_units / (slots - (slots % cluster))) if cluster > 1 else waves
+        compute = waves * resident * (bm * bn * (shape.k / splits) * 2) / per_sm
         fixup = fixup_share * (splits - 1) * shape.m * shape.n * 4 * 2 / DRAM_BYTES_PER_US
     memory = shape.bytes() / DRAM_BYTES_PER_US
     k_latency = 0.05 * math.ceil(shape.k / splits / 64)  # each k-step has a latency floor when few tiles run
@@ -484,9 +497,12 @@ def clusterk_candidates(shape: Shape, top: int = 8) -> list[ClusterKConfig]:
         loop_cost = CLUSTERK_LOOP_COST["wg" if cfg.main_loop == "tma" and cfg.bk == 64 else cfg.main_loop]
         scored = []
         s = 2
-        while s <= CLUSTERK_MAX_SPLITS and shape.k >= s * cfg.bk and tiles * s <= 2 * NUM_SMS:
+        if cfg.resident > 1:
+            loop_cost *= CLUSTERK_SHARED_SM_COST
+        while s <= CLUSTERK_MAX_SPLITS and shape.k >= s * cfg.bk and tiles * s <= 2 * NUM_SMS * cfg.resident:
             # the partial sums stay on chip: no DRAM fix-up, a short exchange per extra split instead
-            est = estimate_us(shape, cfg.bm, cfg.bn, splits=s, cluster=s, fixup_share=0.0) * loop_cost
+            est = estimate_us(shape, cfg.bm, cfg.bn, splits=s, cluster=s, fixup_share=0.0,
+                              resident=cfg.resident) * loop_cost
             scored.append((est + CLUSTERK_REDUCE_US * (s - 1) ** 0.5, cfg.with_splits(s)))
             s *= 2
         per_tile.append(scored)

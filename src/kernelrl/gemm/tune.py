@@ -52,7 +52,7 @@ class TuneOptions:
     triton_top: int = 4
     splitk_top: int = 8  # Triton split-K configurations (shapes with a small output and a deep K only)
     tiled_top: int = 24  # Triton tiled configurations (launch-bound shapes only)
-    clusterk_top: int = 20  # CUDA cluster split-K configurations (few output tiles, deep K only)
+    clusterk_top: int = 24  # CUDA cluster split-K configurations (few output tiles, deep K only)
     cutlass_top: int = 10
     finalists: int = 3  # re-timed against the baselines, interleaved
     margin: float = 0.005  # a kernel must beat torch.matmul by this fraction to replace it (medians) ...
