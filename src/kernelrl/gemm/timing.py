@@ -134,7 +134,6 @@ def time_graphs_placed(fns: dict[str, tuple], inp: Inputs, calls: int, rounds: i
         time_graphs(fns, held[-1], calls, math.ceil(rounds / placements), rng, group)
         for name, ts in group.items():
             times.setdefault(name, []).extend(ts)
-    del held[1:]
     if per_round is not None:
         per_round.update(times)
     return {n: statistics.median(v) for n, v in times.items()}
