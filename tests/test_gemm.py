@@ -2,6 +2,7 @@
 resume, dispatch fallback, report and CLI."""
 import gzip
 import json
+import math
 import shutil
 import statistics
 import subprocess
@@ -15,10 +16,10 @@ from kernelrl.gemm.cli import app
 from kernelrl.gemm.dispatch import Dispatcher, matmul
 from kernelrl.gemm.report import markdown, read_rows, summarise, write_report
 from kernelrl.gemm.shapes import GRID_SIZES, Shape, grid, read_shapes
-from kernelrl.gemm.space import (CLUSTERK_TILES, CUTLASS_CONFIGS, SMEM_BYTES, SPLITK_MAX_OUTPUT, SPLITK_TILES,
-                                 TILED_CONFIGS, TILED_SEARCH_MAX_EST_US, TRITON_CONFIGS, ClusterKConfig,
-                                 CutlassVariant, SplitKConfig, TiledConfig, TritonConfig, clusterk_candidates,
-                                 cutlass_candidates, estimate_us, roofline_us, splitk_candidates, tiled_candidates,
+from kernelrl.gemm.space import (CLUSTERK_CLUSTER_SMS, CLUSTERK_TILES, CUTLASS_CONFIGS, SMEM_BYTES,
+                                 SPLITK_MAX_OUTPUT, SPLITK_TILES, TILED_CONFIGS, TILED_SEARCH_MAX_EST_US,
+                                 TRITON_CONFIGS, ClusterKConfig, CutlassVariant, SplitKConfig, TiledConfig,
+                                 TritonConfig, clusterk_candidates, clusterk_grouped_candidates, cutlass_candidates, estimate_us, roofline_us, splitk_candidates, tiled_candidates,
                                  triton_candidates)
 from kernelrl.gemm.table import Entry, Table, from_records, read_records
 from kernelrl.gemm.tune import done_keys, plain_results
@@ -159,9 +160,21 @@ def test_cluster_split_k_names_round_trip_and_a_bad_one_says_what_is_wrong():
         assert wm * wn == c.warps and (c.bm // wm) % 16 == 0 and (c.bn // wn) % 16 == 0  # the kernel's asserts
         for s in (2, 16):
             assert ClusterKConfig.parse(c.with_splits(s).name) == c.with_splits(s)
-    for bad in ("clusterk:64x64_s4_w4/c2", "clusterk:64x64x64_s4_w4", "clusterk:64x64x64_s4_w4/k2"):
-        with pytest.raises(ValueError, match=r"clusterk:<BM>x<BN>x<BK>_s<stages>_w<warps>\[_wg\|_tma\]/c<splits>"):
+    for bad in ("clusterk:64x64_s4_w4/c2", "clusterk:64x64x64_s4_w4", "clusterk:64x64x64_s4_w4/k2",
+                "clusterk:64x64x64_s4_w4/c2g", "clusterk:64x64x64_s4_w4/c2gx"):
+        with pytest.raises(ValueError, match=r"_s<stages>_w<warps>\[_wg\|_tma\]/c<splits>\[g<groups>\]"):
             ClusterKConfig.parse(bad)
+    for bad in ("clusterk:64x64x128_s6_w4_tma/c8g1", "clusterk:64x64x128_s6_w4_tma/c8g0",
+                "clusterk:64x64x128_s6_w4_tma/c8g2048"):
+        with pytest.raises(ValueError, match="groups.* must be from 2 to 1024, and left out for 1"):
+            ClusterKConfig.parse(bad)
+    grouped = ClusterKConfig.parse("clusterk:64x64x128_s6_w4_tma/c8g16")  # 16 clusters of 8 share each tile
+    assert (grouped.splits, grouped.groups, grouped.tma) == (8, 16, True) and grouped.name.endswith("/c8g16")
+    assert grouped.symbol == "kr_ck_64x64x128_s6_w4_tma"  # the same compiled object: groups are a run-time choice
+    assert ClusterKConfig.parse("clusterk:64x64x128_s6_w4_tma/c8").groups == 1
+    # each group's fp32 sum of every output tile: 2 x 2 tiles of 64x64, 16 groups
+    assert grouped.workspace_bytes(Shape(128, 100, 4096)) == 4 * 16 * 64 * 64 * 4
+    assert grouped.with_splits(8).workspace_bytes(Shape(128, 100, 4096)) == 0
     for bad in ("clusterk:64x64x64_s4_w4/c1", "clusterk:64x64x64_s4_w4/c32", "clusterk:64x64x64_s4_w4/c6"):
         with pytest.raises(ValueError, match="a power of two from 2 to 16"):
             ClusterKConfig.parse(bad)
@@ -206,9 +219,30 @@ def test_cluster_split_k_search_is_for_few_output_tiles_and_deep_k():
 
     opt = TuneOptions(lt_autotune=0, lt_extra=0)
     names = FAMILY_CANDIDATES["clusterk"](Shape(64, 64, 2048), "fp16", opt)
-    assert names == [c.name for c in clusterk_candidates(Shape(64, 64, 2048), opt.clusterk_top)]
+    assert names == [c.name for c in clusterk_candidates(Shape(64, 64, 2048), opt.clusterk_top,
+                                                         opt.clusterk_grouped_top)]
     assert set(names) <= set(candidates(Shape(64, 64, 2048), torch.float16, opt)[0])
     assert family(names[0]) == "clusterk"
+    assert any("g" in n.split("/")[1] for n in names)  # clusters sharing a tile are searched too
+
+
+def test_groups_of_clusters_are_searched_where_one_cluster_per_tile_leaves_sms_idle():
+    one_tile = Shape(64, 64, 16384)
+    cands = clusterk_grouped_candidates(one_tile, 10)
+    assert len(cands) == 10 and all(c.groups >= 2 and c.wgmma for c in cands)
+    for c in cands:
+        assert c.splits * c.groups <= CLUSTERK_CLUSTER_SMS[c.splits] * c.resident  # one wave of blocks
+        assert 16384 >= c.splits * c.groups * c.bk  # every slice of K gets a K step
+    # every (cluster size, groups) pair's best tile before any pair's second: 10 distinct pairs here
+    assert len({(c.splits, c.groups) for c in cands}) == 10
+    assert max(c.splits * c.groups for c in cands) > 16  # more blocks than one 16-block cluster per tile
+    assert clusterk_candidates(one_tile, 4, 3)[4:] == cands[:3]  # after the plain ones
+    assert clusterk_grouped_candidates(one_tile, 0) == []
+    # 64 tiles of 128x128: only a few small groups fit one wave
+    for c in clusterk_grouped_candidates(Shape(1024, 1024, 4096), 10):
+        assert math.ceil(1024 / c.bm) * math.ceil(1024 / c.bn) * c.splits * c.groups <= 132 * c.resident
+    assert clusterk_grouped_candidates(Shape(2048, 2048, 4096)) == []  # the SMs are full
+    assert clusterk_grouped_candidates(Shape(64, 64, 256)) == []  # a shallow K
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
@@ -222,13 +256,23 @@ def test_cluster_split_k_library_builds_for_sm90a_and_refuses_what_it_cannot_run
     tile = CLUSTERK_TILES[0]
     lib_path = b.build_clusterk(tmp_path, configs=(tile,), log=lambda _: None)
     assert b.clusterk_is_current(tmp_path, configs=(tile,))
-    can = getattr(ctypes.CDLL(str(lib_path)), f"{tile.symbol}_can_implement")
-    can.argtypes = [ctypes.c_int] * 5
-    assert can(64, 68, 1024, 4, 0) == 1  # N % 8
-    assert can(64, 64, 1020, 4, 1) == 1  # K % 8
-    assert can(64, 64, 1024, 32, 0) == 2  # more splits than a cluster holds
-    assert can(64, 64, 1024, 6, 0) == 2  # not a power of two: the rows of a tile would not divide evenly
-    assert can(1 << 20, 1 << 20, 1024, 2, 0) == 3  # more tiles than a grid dimension holds
+    lib = ctypes.CDLL(str(lib_path))
+    can = getattr(lib, f"{tile.symbol}_can_implement")
+    can.argtypes = [ctypes.c_int] * 6
+    assert can(64, 68, 1024, 4, 1, 0) == 1  # N % 8
+    assert can(64, 64, 1020, 4, 1, 1) == 1  # K % 8
+    assert can(64, 64, 1024, 32, 1, 0) == 2  # more splits than a cluster holds
+    assert can(64, 64, 1024, 6, 1, 0) == 2  # not a power of two: the rows of a tile would not divide evenly
+    assert can(1 << 20, 1 << 20, 1024, 2, 1, 0) == 3  # more tiles than a grid dimension holds
+    assert can(64, 64, 1024, 2, 0, 0) == 5 and can(64, 64, 1024, 2, 2048, 0) == 5  # groups of clusters
+    # the workspace of 4 groups per tile on 3 x 2 tiles of 64x64 (ragged): their fp32 sums, a counter per
+    # tile and rank; none with one group
+    ws = getattr(lib, f"{tile.symbol}_workspace")
+    floats, counters = ctypes.c_longlong(), ctypes.c_longlong()
+    ws(130, 72, 8, 4, ctypes.byref(floats), ctypes.byref(counters))
+    assert (floats.value, counters.value) == (6 * 4 * 64 * 64, 6 * 8)
+    ws(130, 72, 8, 1, ctypes.byref(floats), ctypes.byref(counters))
+    assert (floats.value, counters.value) == (0, 0)
     assert not b.clusterk_is_current(tmp_path, configs=CLUSTERK_TILES[:2])  # a configuration not built yet
 
 
@@ -248,8 +292,8 @@ def test_cluster_split_k_wgmma_main_loop_compiles_to_warpgroup_mmas(tmp_path, tm
     lib_path = b.build_clusterk(tmp_path, configs=(tile,), log=lambda _: None)
     lib = ctypes.CDLL(str(lib_path))
     can = getattr(lib, f"{tile.symbol}_can_implement")
-    can.argtypes = [ctypes.c_int] * 5
-    assert can(64, 64, 1020, 4, 0) == 1 and can(64, 64, 1024, 3, 1) == 2
+    can.argtypes = [ctypes.c_int] * 6
+    assert can(64, 64, 1020, 4, 1, 0) == 1 and can(64, 64, 1024, 3, 1, 1) == 2
     # the same compile stopped at PTX: the main loop is warpgroup MMAs, and no mma.sync is left
     cmd = [a for a in b.clusterk_command(tile) if not a.startswith("-gencode")]
     cmd[cmd.index("-c")] = "-ptx"

@@ -1,6 +1,7 @@
-"""GPU specifications of the CUDA cluster split-K family: every tile and cluster size is correct on ragged,
-even and uneven-split shapes in fp16 and bf16, replays in CUDA graphs, runs on two streams at once, gives
-the same bits on every run (the reduction order is fixed), and refuses the problems it cannot run."""
+"""GPU specifications of the CUDA cluster split-K family: every tile and cluster size, with one cluster per
+output tile or several meeting in a workspace, is correct on ragged, even and uneven-split shapes in fp16
+and bf16, replays in CUDA graphs, runs on two streams at once, gives the same bits on every run (the
+reduction order is fixed), and refuses the problems it cannot run."""
 import pytest
 import torch
 
@@ -32,6 +33,33 @@ def test_every_tile_and_cluster_size_is_correct(dtype, shape):
             assert res.ok, (cfg.name, shape, res.reason)
 
 
+# (tile, cluster size, clusters per tile): both wgmma main loops, clusters of 2 to 16, 2 to 32 groups
+GROUPED = [("64x64x128_s6_w4_tma", 8, 4), ("64x64x64_s8_w4_wg", 4, 8), ("64x128x64_s3_w4_tma", 2, 16),
+           ("128x64x128_s3_w8_tma", 16, 2), ("64x64x128_s4_w4_tma", 4, 32)]
+
+
+def counters_are_zero(fn) -> bool:
+    """Every workspace counter of a grouped launcher is back at 0 (each launch resets what it counted)."""
+    torch.cuda.synchronize()
+    return all(not bool(bufs[1].any()) for _, _, bufs in fn.workspaces.values())
+
+
+@hopper
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("shape", [(200, 136, 1000), (64, 64, 16384), (256, 384, 2048), (128, 128, 192)])
+def test_groups_of_clusters_per_tile_are_correct(dtype, shape):
+    # as above; with 128x128x192, most clusters of a tile get no K at all and their groups add zeros
+    m, n, k = shape
+    a, b = chk.random_inputs(m, n, k, dtype)
+    ref = chk.reference(a, b)
+    for tile, s, g in GROUPED:
+        name = f"clusterk:{tile}/c{s}g{g}"
+        fn = make_launcher(name, m, n, k, dtype)
+        res = chk.check(fn, a, b, ref)
+        assert res.ok, (name, shape, res.reason)
+        assert counters_are_zero(fn), name
+
+
 # mma.sync; wgmma fed by cp.async; wgmma fed by the bulk tensor copy engine
 MAIN_LOOPS = pytest.mark.parametrize("tile", ["64x64x64_s4_w4", "64x64x64_s8_w4_wg", "64x64x128_s6_w4_tma"])
 
@@ -50,10 +78,28 @@ def test_results_are_the_same_bits_on_every_run(tile):
 
 
 @hopper
-@pytest.mark.parametrize("tile", ["64x128x64_s4_w4", "64x128x64_s6_w4_wg", "64x128x64_s6_w4_tma"])
-def test_cluster_split_k_replays_in_a_cuda_graph_with_new_inputs(tile):
+@pytest.mark.parametrize("split", ["c16", "c4g8"])
+def test_grouped_results_are_the_same_bits_on_every_run(split):
+    # whichever cluster of a tile arrives last adds the groups' sums, always in group order
+    m, n, k = 64, 128, 8192
+    a, b = chk.random_inputs(m, n, k)
+    fn = make_launcher(f"clusterk:64x64x128_s6_w4_tma/{split}", m, n, k)
+    outs = [torch.empty(m, n, device="cuda", dtype=torch.float16) for _ in range(20)]
+    for c in outs:
+        fn(a, b, c)
+    torch.cuda.synchronize()
+    assert all(torch.equal(outs[0], c) for c in outs[1:])
+
+
+@hopper
+@pytest.mark.parametrize("name", ["64x128x64_s4_w4/c8", "64x128x64_s6_w4_wg/c8", "64x128x64_s6_w4_tma/c8",
+                                  "64x128x64_s6_w4_tma/c4g4"])
+def test_cluster_split_k_replays_in_a_cuda_graph_with_new_inputs(name):
     m, n, k = 192, 256, 3072
-    replays_correctly(*captured(make_launcher(f"clusterk:{tile}/c8", m, n, k), m, n, k))
+    fn = make_launcher(f"clusterk:{name}", m, n, k)
+    replays_correctly(*captured(fn, m, n, k, calls=3))  # three launches per replay: the counters reset each time
+    if "g" in name.split("/")[1]:
+        assert counters_are_zero(fn)
 
 
 @hopper
@@ -64,8 +110,20 @@ def test_two_streams_run_cluster_split_k_at_once(tile):
 
 
 @hopper
+def test_two_streams_run_groups_of_clusters_at_once_each_with_its_own_workspace():
+    m, n, k = 128, 128, 8192  # 4 tiles x 4 groups x 4 splits per launch
+    fn = make_launcher("clusterk:64x64x128_s6_w4_tma/c4g4", m, n, k)
+    streams = on_two_streams(fn, m, n, k)
+    mine = [fn.workspaces[s.cuda_stream][0] for s in streams]
+    assert len(set(mine)) == 2  # sharing one workspace, the streams' groups would mix their sums
+    assert counters_are_zero(fn)
+
+
+@hopper
 def test_problems_the_kernel_cannot_run_are_refused_when_the_launcher_is_made():
     with pytest.raises(ValueError, match="multiples of 8"):
         make_launcher("clusterk:64x64x64_s4_w4/c4", 64, 68, 1024)  # N % 8 != 0: rows not 16-byte aligned
     with pytest.raises(ValueError, match="splits"):
         make_launcher("clusterk:64x64x64_s4_w4/c32", 64, 64, 1024)
+    with pytest.raises(ValueError, match="groups"):
+        make_launcher("clusterk:64x64x64_s4_w4/c2g2048", 64, 64, 1024)

@@ -2,8 +2,9 @@
 
 Names: `torch`; `cublaslt` (cuBLASLt's own default, no algorithm given); `cublaslt:<64-byte algo hex>`;
 `triton:<config>` (Triton persistent TMA); `tiled:<config>` (Triton tiled); `splitk:<tile>/k<splits>` (Triton
-split-K); `clusterk:<tile>[_wg|_tma]/c<splits>` (CUDA cluster split-K: mma.sync, or wgmma fed by cp.async or by
-the bulk tensor copy engine); `cutlass:<config>/<run-time arguments>`.
+split-K); `clusterk:<tile>[_wg|_tma]/c<splits>[g<groups>]` (CUDA cluster split-K: mma.sync, or wgmma fed by
+cp.async or by the bulk tensor copy engine; `groups` clusters per output tile); `cutlass:<config>/<run-time
+arguments>`.
 """
 from __future__ import annotations
 

@@ -137,11 +137,14 @@ class ClusterKConfig(_Tile):
     plus the run-time cluster size, which is the number of K splits (2-16). `wgmma` selects the main loop:
     asynchronous warpgroup MMAs from swizzled shared memory (one warpgroup of 4 warps per 64 rows) instead of
     ldmatrix and mma.sync; its names carry `_wg` after the tile. `tma` (with `wgmma`) fills that loop's stages
-    with the bulk tensor copy engine instead of cp.async; its names carry `_tma` instead of `_wg`."""
+    with the bulk tensor copy engine instead of cp.async; its names carry `_tma` instead of `_wg`. `groups`
+    (run time, default 1) clusters share each output tile's K, meeting in a global workspace after each has
+    reduced on chip; its names carry `g<groups>` after the cluster size when above 1."""
 
     splits: int = 2
     wgmma: bool = False
     tma: bool = False
+    groups: int = 1
 
     def __post_init__(self):
         if self.tma and not self.wgmma:
@@ -159,7 +162,7 @@ class ClusterKConfig(_Tile):
 
     @property
     def name(self) -> str:
-        return f"clusterk:{self.variant}/c{self.splits}"
+        return f"clusterk:{self.variant}/c{self.splits}" + (f"g{self.groups}" if self.groups > 1 else "")
 
     @property
     def symbol(self) -> str:
@@ -200,22 +203,33 @@ class ClusterKConfig(_Tile):
         """Blocks of this configuration one SM holds at once (by shared memory, its limit here)."""
         return max(1, SM_SMEM_BYTES // (self.smem_bytes + 1024))
 
-    def with_splits(self, splits: int) -> "ClusterKConfig":
-        return replace(self, splits=splits)
+    def with_splits(self, splits: int, groups: int = 1) -> "ClusterKConfig":
+        return replace(self, splits=splits, groups=groups)
+
+    def workspace_bytes(self, shape: Shape) -> int:
+        """Global workspace of a launch on `shape`: each group's fp32 sum of every output tile (none with one
+        group; the counters, 4 bytes per tile and rank, come on top)."""
+        tiles = math.ceil(shape.m / self.bm) * math.ceil(shape.n / self.bn)
+        return 0 if self.groups == 1 else tiles * self.groups * self.bm * self.bn * 4
 
     @classmethod
     def parse(cls, name: str) -> "ClusterKConfig":
         """Inverse of `name`; the tile must be one of CLUSTERK_TILES."""
         try:
             tma = "_tma/" in name
-            cfg = cls(*_tile_split_fields(name.replace("_wg/", "/").replace("_tma/", "/"), "c"),
-                      wgmma=tma or "_wg/" in name, tma=tma)
+            head, _, tail = name.replace("_wg/", "/").replace("_tma/", "/").rpartition("/")
+            splits, grouped, groups = tail.partition("g")  # c<splits>[g<groups>]
+            cfg = cls(*_tile_split_fields(f"{head}/{splits}", "c"), wgmma=tma or "_wg/" in name, tma=tma,
+                      groups=int(groups) if grouped else 1)
         except (ValueError, IndexError) as e:
             raise ValueError(f"malformed cluster split-K kernel name {name!r}: expected "
-                             "clusterk:<BM>x<BN>x<BK>_s<stages>_w<warps>[_wg|_tma]/c<splits>") from e
+                             "clusterk:<BM>x<BN>x<BK>_s<stages>_w<warps>[_wg|_tma]/c<splits>[g<groups>]") from e
         if not 2 <= cfg.splits <= CLUSTERK_MAX_SPLITS or cfg.splits & (cfg.splits - 1):
             raise ValueError(f"cluster split-K kernel {name!r}: the cluster size (splits) must be a power of two "
                              f"from 2 to {CLUSTERK_MAX_SPLITS}")
+        if not 1 <= cfg.groups <= CLUSTERK_MAX_GROUPS or (grouped and cfg.groups < 2):
+            raise ValueError(f"cluster split-K kernel {name!r}: the clusters per tile (groups) must be from 2 to "
+                             f"{CLUSTERK_MAX_GROUPS}, and left out for 1")
         if cfg.with_splits(2) not in CLUSTERK_TILES:
             raise KeyError(f"unknown cluster split-K configuration in {name!r}: one of "
                            f"{[t.variant for t in CLUSTERK_TILES]}")
@@ -342,6 +356,12 @@ CLUSTERK_TILES: tuple[ClusterKConfig, ...] = (
 # 250: what cp.async costs).
 CLUSTERK_LOOP_COST = {"mma": 1.0, "wg": 0.56, "tma": 0.37}
 CLUSTERK_MAX_SPLITS = 16  # the largest (non-portable) cluster Hopper places
+CLUSTERK_MAX_GROUPS = 1024  # clusters sharing one output tile's K (the kernel's own limit)
+# Cost model of several clusters per tile: SMs that clusters of each size can fill at once (a cluster stays
+# within one GPC: a GPC of 16-18 SMs holds one cluster of 16, two of 8; a guess to rank with), and one round
+# trip through the global workspace (store, fence, atomic count, the last block's loads).
+CLUSTERK_CLUSTER_SMS = {2: 132, 4: 128, 8: 128, 16: 112}
+CLUSTERK_GROUP_US = 0.6
 CLUSTERK_REDUCE_US = 0.15  # cost model: one more block's partials exchanged over distributed shared memory
 # Cost model: the share of the loop's per-step cost left when two blocks share an SM (a guess to rank with)
 CLUSTERK_SHARED_SM_COST = 0.7
@@ -482,23 +502,18 @@ def _firsts_then_seconds(per_tile: list[list[tuple[float, object]]], top: int) -
 CLUSTERK_SEARCH_MIN_K = 512
 
 
-def clusterk_candidates(shape: Shape, top: int = 8) -> list[ClusterKConfig]:
+def clusterk_candidates(shape: Shape, top: int = 8, grouped_top: int = 0) -> list[ClusterKConfig]:
     """Up to `top` cluster split-K configurations for a shape with few output tiles and a deep K (empty for
-    others): each tile that fits the output with its cost model's best cluster size, then its second best."""
+    others): each tile that fits the output with its cost model's best cluster size, then its second best.
+    Then up to `grouped_top` with several clusters per output tile (`clusterk_grouped_candidates`)."""
     if shape.k < CLUSTERK_SEARCH_MIN_K or math.ceil(shape.m / 128) * math.ceil(shape.n / 128) >= NUM_SMS:
         return []
     if shape.k % 8 or shape.n % 8:
         return []  # 16-byte rows: the kernel's cp.async loads need them
     per_tile = []
-    for cfg in CLUSTERK_TILES:
-        if cfg.bm > max(64, shape.m) or cfg.bn > max(64, shape.n) or cfg.smem_bytes > SMEM_BYTES:
-            continue
-        tiles = math.ceil(shape.m / cfg.bm) * math.ceil(shape.n / cfg.bn)
-        loop_cost = CLUSTERK_LOOP_COST["wg" if cfg.main_loop == "tma" and cfg.bk == 64 else cfg.main_loop]
+    for cfg, tiles, loop_cost in _clusterk_tiles(shape):
         scored = []
         s = 2
-        if cfg.resident > 1:
-            loop_cost *= CLUSTERK_SHARED_SM_COST
         while s <= CLUSTERK_MAX_SPLITS and shape.k >= s * cfg.bk and tiles * s <= 2 * NUM_SMS * cfg.resident:
             # the partial sums stay on chip: no DRAM fix-up, a short exchange per extra split instead
             est = estimate_us(shape, cfg.bm, cfg.bn, splits=s, cluster=s, fixup_share=0.0,
@@ -506,7 +521,44 @@ def clusterk_candidates(shape: Shape, top: int = 8) -> list[ClusterKConfig]:
             scored.append((est + CLUSTERK_REDUCE_US * (s - 1) ** 0.5, cfg.with_splits(s)))
             s *= 2
         per_tile.append(scored)
-    return _firsts_then_seconds(per_tile, top)
+    return _firsts_then_seconds(per_tile, top) + clusterk_grouped_candidates(shape, grouped_top)
+
+
+def _clusterk_tiles(shape: Shape, main_loops=("mma", "wg", "tma")):
+    """(tile, output tiles, cost-model loop factor) of every cluster split-K tile that fits the output."""
+    for cfg in CLUSTERK_TILES:
+        if (cfg.main_loop not in main_loops or cfg.bm > max(64, shape.m) or cfg.bn > max(64, shape.n)
+                or cfg.smem_bytes > SMEM_BYTES):
+            continue
+        loop_cost = CLUSTERK_LOOP_COST["wg" if cfg.main_loop == "tma" and cfg.bk == 64 else cfg.main_loop]
+        if cfg.resident > 1:
+            loop_cost *= CLUSTERK_SHARED_SM_COST
+        yield cfg, math.ceil(shape.m / cfg.bm) * math.ceil(shape.n / cfg.bn), loop_cost
+
+
+def clusterk_grouped_candidates(shape: Shape, top: int = 8) -> list[ClusterKConfig]:
+    """Up to `top` cluster split-K configurations (wgmma main loops) with `groups` >= 2 clusters per output
+    tile, for shapes where one cluster per tile leaves SMs idle: every (cluster size, groups) whose blocks fit
+    one wave of the SMs that clusters of that size can hold (CLUSTERK_CLUSTER_SMS) and whose slices of K are
+    at least one K step, ranked by the cost model plus one round trip through the workspace; the best tile of
+    each (cluster size, groups) first, then the second best of each (the model ranks tiles better than it ranks
+    cluster sizes: how many clusters of each size the GPU places at once is a guess). Empty where the plain
+    candidates are (few tiles, deep K only)."""
+    if (top <= 0 or shape.k < CLUSTERK_SEARCH_MIN_K or shape.k % 8 or shape.n % 8
+            or math.ceil(shape.m / 128) * math.ceil(shape.n / 128) >= NUM_SMS):
+        return []
+    by_split: dict[tuple[int, int], list[tuple[float, ClusterKConfig]]] = {}
+    for cfg, tiles, loop_cost in _clusterk_tiles(shape, ("wg", "tma")):
+        for s, sms in CLUSTERK_CLUSTER_SMS.items():
+            g = 2
+            while tiles * s * g <= sms * cfg.resident and shape.k >= s * g * cfg.bk and g <= CLUSTERK_MAX_GROUPS:
+                est = estimate_us(shape, cfg.bm, cfg.bn, splits=s * g, cluster=s, fixup_share=0.0,
+                                  resident=cfg.resident) * loop_cost
+                ws = cfg.with_splits(s, g).workspace_bytes(shape) * 2 / DRAM_BYTES_PER_US  # written, read back
+                by_split.setdefault((s, g), []).append(
+                    (est + CLUSTERK_REDUCE_US * (s - 1) ** 0.5 + CLUSTERK_GROUP_US + ws, cfg.with_splits(s, g)))
+                g *= 2
+    return _firsts_then_seconds(list(by_split.values()), top)
 
 
 def tiled_candidates(shape: Shape, top: int = 24) -> list[TiledConfig]:

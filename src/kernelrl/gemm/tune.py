@@ -52,7 +52,8 @@ class TuneOptions:
     triton_top: int = 4
     splitk_top: int = 8  # Triton split-K configurations (shapes with a small output and a deep K only)
     tiled_top: int = 24  # Triton tiled configurations (launch-bound shapes only)
-    clusterk_top: int = 24  # CUDA cluster split-K configurations (few output tiles, deep K only)
+    clusterk_top: int = 24  # CUDA cluster split-K configurations (few output tiles, deep K only) ...
+    clusterk_grouped_top: int = 10  # ... and ones with several clusters per output tile
     cutlass_top: int = 10
     finalists: int = 3  # re-timed against the baselines, interleaved
     margin: float = 0.005  # a kernel must beat torch.matmul by this fraction to replace it (medians) ...
@@ -101,7 +102,7 @@ def candidates(s: Shape, dtype: torch.dtype, opt: TuneOptions, stats: dict | Non
     names += [c.name for c in triton_candidates(s, opt.triton_top)]
     names += [c.name for c in splitk_candidates(s, opt.splitk_top)]
     names += [c.name for c in tiled_candidates(s, opt.tiled_top)]
-    names += [c.name for c in clusterk_candidates(s, opt.clusterk_top)]
+    names += [c.name for c in clusterk_candidates(s, opt.clusterk_top, opt.clusterk_grouped_top)]
     if dtype == torch.float16:
         names += [v.name for v in cutlass_candidates(s, opt.cutlass_top)]
     seen, out = set(), []
@@ -248,7 +249,7 @@ def _runners_up(record: dict, n: int) -> list[str]:
 FAMILY_CANDIDATES = {
     "splitk": lambda s, dtype, opt: [c.name for c in splitk_candidates(s, opt.splitk_top)],
     "tiled": lambda s, dtype, opt: [c.name for c in tiled_candidates(s, opt.tiled_top)],
-    "clusterk": lambda s, dtype, opt: [c.name for c in clusterk_candidates(s, opt.clusterk_top)],
+    "clusterk": lambda s, dtype, opt: [c.name for c in clusterk_candidates(s, opt.clusterk_top, opt.clusterk_grouped_top)],
     # the CUTLASS library is built for fp16 only (as `candidates` searches it)
     "cutlass": lambda s, dtype, opt: ([v.name for v in cutlass_candidates(s, opt.cutlass_top)]
                                       if dtype == "fp16" else []),

@@ -9,6 +9,10 @@
 // them to C. No workspace, no atomics, no second kernel: the partial sums never leave the GPC. For the
 // latency-bound shapes (few output tiles, deep K) where one block per tile runs a long serial K loop and a
 // split-K through global memory pays for a round trip and a fix-up.
+// Where even 16 splits leave most SMs idle (one or a few output tiles, K in the thousands), `groups` clusters
+// (run time) share each tile's K: each reduces its slices on chip as above, then the clusters of a tile meet
+// once in a small fp32 workspace, and the last to arrive (an atomic counter per tile and rank, which it resets)
+// adds the groups' sums in group order and writes C. Still one kernel, and the same bits on every run.
 //
 // Two main loops: ldmatrix and mma.sync (KR_WGMMA=0, warps in a KR_WM x KR_WN grid), or wgmma (KR_WGMMA=1: one
 // warpgroup per 64 rows issues asynchronous warpgroup MMAs from 128-byte-swizzled shared memory; CuTe's layouts
@@ -107,27 +111,38 @@ __device__ __forceinline__ void store4(T* dst, float4 v) {
 }
 
 // What one block of a cluster computes: its cluster's output tile (row m0, column n0) over K steps
-// [kt0, kt0 + nk) of BK, the rank-th of `splits` even slices (nk may be 0: the block then adds zeros).
+// [kt0, kt0 + nk) of BK, one of splits x groups even slices of K (nk may be 0: the block then adds zeros). The
+// grid's x holds `groups` clusters of `splits` blocks each for every output tile (y): cluster `group` takes
+// slices [group * splits, (group + 1) * splits), its block `rank` the rank-th of those.
 struct Share {
-  int splits, rank, m0, n0, kt0, nk;
+  int splits, rank, m0, n0, kt0, nk, group, groups;
 };
 template <int BM, int BN, int BK>
 __device__ __forceinline__ Share block_share(const cg::cluster_group& cluster, int K, int tiles_n) {
   const int splits = static_cast<int>(cluster.num_blocks());
   const int rank = static_cast<int>(cluster.block_rank());
+  const int groups = static_cast<int>(gridDim.x) / splits, group = static_cast<int>(blockIdx.x) / splits;
   const int k_tiles = (K + BK - 1) / BK;
-  const int per_rank = (k_tiles + splits - 1) / splits;
-  const int kt0 = min(k_tiles, rank * per_rank);
+  const int per_slice = (k_tiles + splits * groups - 1) / (splits * groups);
+  const int kt0 = min(k_tiles, (group * splits + rank) * per_slice);
   return {splits, rank, int(blockIdx.y / tiles_n) * BM, int(blockIdx.y % tiles_n) * BN, kt0,
-          min(k_tiles, kt0 + per_rank) - kt0};
+          min(k_tiles, kt0 + per_slice) - kt0, group, groups};
 }
 
 // After the partials have landed (KR_PUSH): block `rank` sums the rows it owns over the `splits` slots of its
-// receive region, in slot order (the same bits on every run), and writes them to C.
+// receive region, in slot order (the same bits on every run). With one cluster per tile (groups == 1) it writes
+// them to C. With more, the clusters of a tile meet in global memory: each block stores its rows' sum in its
+// group's slot of a workspace region (one region per tile and rank: groups x rows_per x BN fp32) and counts
+// itself in on that region's counter; the block that arrives last sums the groups' slots in group order (the
+// same bits whoever arrives last), writes C and sets the counter back to 0 for the next launch. No block waits
+// for another, so no order of scheduling can deadlock.
 template <typename T, int BN, int kThreads, int kRStride>
-__device__ __forceinline__ void sum_own_rows(const float* recv, int rows_per, int splits, int rank, T* C, int M,
-                                             int N, int m0, int n0, int tid) {
-  for (int g = tid; g < rows_per * BN / 4; g += kThreads) {
+__device__ __forceinline__ void sum_own_rows(const float* recv, int rows_per, const Share& sh, T* C, int M, int N,
+                                             float* ws, unsigned* counters, int tid) {
+  const int splits = sh.splits, rank = sh.rank, m0 = sh.m0, n0 = sh.n0;
+  const int n4 = rows_per * BN / 4;  // groups of 4 columns this block owns
+  float4* region = reinterpret_cast<float4*>(ws) + (size_t(blockIdx.y) * splits + rank) * sh.groups * n4;
+  for (int g = tid; g < n4; g += kThreads) {
     const int rr = g / (BN / 4), c = (g % (BN / 4)) * 4;
     float4 sum = make_float4(0.f, 0.f, 0.f, 0.f);
     for (int s = 0; s < splits; ++s) {
@@ -138,7 +153,36 @@ __device__ __forceinline__ void sum_own_rows(const float* recv, int rows_per, in
       sum.w += v.w;
     }
     const int r = rank * rows_per + rr;
-    if (m0 + r < M && n0 + c < N) store4<T>(C + size_t(m0 + r) * N + n0 + c, sum);  // N % 8 == 0
+    if (sh.groups > 1) {
+      __stcg(region + size_t(sh.group) * n4 + g, sum);  // to L2, where the last block reads it
+    } else if (m0 + r < M && n0 + c < N) {
+      store4<T>(C + size_t(m0 + r) * N + n0 + c, sum);  // N % 8 == 0
+    }
+  }
+  if (sh.groups == 1) return;
+  __shared__ int last;
+  __threadfence();  // this block's slot is visible to the GPU before it is counted
+  __syncthreads();
+  if (tid == 0) {
+    unsigned* counter = counters + size_t(blockIdx.y) * splits + rank;
+    last = atomicAdd(counter, 1u) == unsigned(sh.groups - 1);
+    if (last) *counter = 0u;  // every group has arrived: nothing else touches it in this launch
+  }
+  __syncthreads();
+  if (!last) return;
+  __threadfence();  // the other groups' slots, counted before this block, are read after the count
+  for (int g = tid; g < n4; g += kThreads) {
+    const int rr = g / (BN / 4), c = (g % (BN / 4)) * 4;
+    float4 sum = make_float4(0.f, 0.f, 0.f, 0.f);
+    for (int q = 0; q < sh.groups; ++q) {
+      const float4 v = __ldcg(region + size_t(q) * n4 + g);
+      sum.x += v.x;
+      sum.y += v.y;
+      sum.z += v.z;
+      sum.w += v.w;
+    }
+    const int r = rank * rows_per + rr;
+    if (m0 + r < M && n0 + c < N) store4<T>(C + size_t(m0 + r) * N + n0 + c, sum);
   }
 }
 
@@ -212,14 +256,15 @@ __device__ __forceinline__ void load_fragments(uint32_t (&af)[G::kMT][4], uint32
 template <typename T, int BM, int BN, int BK, int STAGES, int WM, int WN>
 __global__ void __launch_bounds__(WM* WN * 32)
     cluster_splitk(const T* __restrict__ A, const T* __restrict__ B, T* __restrict__ C, int M, int N, int K,
-                   int tiles_n) {
+                   int tiles_n, float* __restrict__ ws, unsigned* __restrict__ counters) {
   using G = Geometry<BM, BN, BK, STAGES, WM, WN>;
   extern __shared__ __align__(16) unsigned char smem[];
   T* sA = reinterpret_cast<T*>(smem);
   T* sB = sA + STAGES * G::kATile;
 
   cg::cluster_group cluster = cg::this_cluster();
-  const auto [splits, rank, m0, n0, kt0, nk] = block_share<BM, BN, BK>(cluster, K, tiles_n);
+  const Share sh = block_share<BM, BN, BK>(cluster, K, tiles_n);
+  const int splits = sh.splits, rank = sh.rank, m0 = sh.m0, n0 = sh.n0, kt0 = sh.kt0, nk = sh.nk;
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int wm = warp / WN, wn = warp % WN;
@@ -298,7 +343,7 @@ __global__ void __launch_bounds__(WM* WN * 32)
     }
   cluster.sync();  // every partial has landed in its owner's shared memory; nothing remote is touched after
 
-  sum_own_rows<T, BN, G::kThreads, G::kRStride>(recv, rows_per, splits, rank, C, M, N, m0, n0, tid);
+  sum_own_rows<T, BN, G::kThreads, G::kRStride>(recv, rows_per, sh, C, M, N, ws, counters, tid);
 #else
   cp_async_wait<0>();
   __syncthreads();  // the pipeline's shared memory now holds the partial tile instead
@@ -384,31 +429,32 @@ __device__ __forceinline__ void wg_step(Mma& mma, const FA& tCrA, const FB& tCrB
 }
 
 // The end of both wgmma kernels: each block pushes its partial rows to the blocks that own them (as the mma.sync
-// kernel does), then each owner sums its rows and writes them to C.
+// kernel does), then each owner sums its rows and writes them to C (or, with several clusters per tile, meets
+// the other clusters' sums in the workspace).
 template <typename T, typename G, class Acc, class Thr>
 __device__ __forceinline__ void wg_push_and_sum(const Acc& acc, const Thr& thr, cg::cluster_group& cluster,
-                                                unsigned char* smem, int splits, int rank, T* C, int M, int N,
-                                                int m0, int n0, int tid) {
+                                                unsigned char* smem, const Share& sh, T* C, int M, int N,
+                                                float* ws, unsigned* counters, int tid) {
   using namespace cute;
   constexpr int BM = G::kBM, BN = G::kBN;
   float* recv = reinterpret_cast<float*>(smem + G::kPipeBytes);
-  const int rows_per = BM / splits;  // splits <= 16 <= BM, both powers of two
+  const int rows_per = BM / sh.splits;  // splits <= 16 <= BM, both powers of two
   Tensor coord = thr.partition_C(make_identity_tensor(Shape<Int<BM>, Int<BN>>{}));  // (row, column) of each value
   asm volatile("barrier.cluster.wait.aligned;\n" ::: "memory");  // every block of the cluster has started
 #pragma unroll
   for (int v = 0; v < size(acc); v += 2) {  // values 2j and 2j + 1 are neighbours in one row
     const int r = get<0>(coord(v)), c = get<1>(coord(v));
-    float* slot = cluster.map_shared_rank(recv, r / rows_per) + (rank * rows_per + r % rows_per) * G::kRStride;
+    float* slot = cluster.map_shared_rank(recv, r / rows_per) + (sh.rank * rows_per + r % rows_per) * G::kRStride;
     *reinterpret_cast<float2*>(slot + c) = make_float2(acc(v), acc(v + 1));
   }
   cluster.sync();  // every partial has landed in its owner's shared memory; nothing remote is touched after
-  sum_own_rows<T, BN, G::kThreads, G::kRStride>(recv, rows_per, splits, rank, C, M, N, m0, n0, tid);
+  sum_own_rows<T, BN, G::kThreads, G::kRStride>(recv, rows_per, sh, C, M, N, ws, counters, tid);
 }
 
 template <typename T, int BM, int BN, int BK, int STAGES>
 __global__ void __launch_bounds__(BM / 64 * 128)
     cluster_splitk_wg(const T* __restrict__ A, const T* __restrict__ B, T* __restrict__ C, int M, int N, int K,
-                      int tiles_n) {
+                      int tiles_n, float* __restrict__ ws, unsigned* __restrict__ counters) {
   using namespace cute;
   using G = WgGeometry<T, BM, BN, BK, STAGES>;
   using E = typename G::E;
@@ -420,7 +466,8 @@ __global__ void __launch_bounds__(BM / 64 * 128)
   Tensor sB = make_tensor(make_smem_ptr(b_base), typename G::SmemB{});  // (BN, BK, STAGES)
 
   cg::cluster_group cluster = cg::this_cluster();
-  const auto [splits, rank, m0, n0, kt0, nk] = block_share<BM, BN, BK>(cluster, K, tiles_n);
+  const Share sh = block_share<BM, BN, BK>(cluster, K, tiles_n);
+  const int m0 = sh.m0, n0 = sh.n0, kt0 = sh.kt0, nk = sh.nk;
   const int tid = threadIdx.x;
   // Shared memory of another block may be written only once that block runs: arrive now, wait before pushing.
   asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");
@@ -492,7 +539,7 @@ __global__ void __launch_bounds__(BM / 64 * 128)
   warpgroup_wait<0>();
   warpgroup_fence_operand(acc);
 
-  wg_push_and_sum<T, G>(acc, thr, cluster, smem, splits, rank, C, M, N, m0, n0, tid);
+  wg_push_and_sum<T, G>(acc, thr, cluster, smem, sh, C, M, N, ws, counters, tid);
 }
 
 #if KR_TMA
@@ -524,7 +571,8 @@ template <typename T, int BM, int BN, int BK, int STAGES>
 __global__ void __launch_bounds__(BM / 64 * 128)
     cluster_splitk_tma(CUTE_GRID_CONSTANT typename TmaMaps<T, BM, BN, BK, STAGES>::A const tma_a,
                        CUTE_GRID_CONSTANT typename TmaMaps<T, BM, BN, BK, STAGES>::B const tma_b,
-                       T* __restrict__ C, int M, int N, int K, int tiles_n) {
+                       T* __restrict__ C, int M, int N, int K, int tiles_n,
+                       float* __restrict__ ws, unsigned* __restrict__ counters) {
   using namespace cute;
   using G = WgGeometry<T, BM, BN, BK, STAGES>;
   using E = typename G::E;
@@ -538,7 +586,8 @@ __global__ void __launch_bounds__(BM / 64 * 128)
   uint64_t* empty = full + STAGES;
 
   cg::cluster_group cluster = cg::this_cluster();
-  const auto [splits, rank, m0, n0, kt0, nk] = block_share<BM, BN, BK>(cluster, K, tiles_n);
+  const Share sh = block_share<BM, BN, BK>(cluster, K, tiles_n);
+  const int m0 = sh.m0, n0 = sh.n0, kt0 = sh.kt0, nk = sh.nk;
   const int tid = threadIdx.x;
   if (tid == 0) {
 #pragma unroll
@@ -558,7 +607,7 @@ __global__ void __launch_bounds__(BM / 64 * 128)
   Tensor gB = local_tile(tma_b.get_tma_tensor(make_shape(N, K)), Shape<Int<BN>, Int<BK>>{}, make_coord(n0 / BN, _));
   auto [tAg, tAs] = tma_partition(tma_a, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sA), group_modes<0, 2>(gA));
   auto [tBg, tBs] = tma_partition(tma_b, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sB), group_modes<0, 2>(gB));
-  auto issue = [&, kt0 = kt0](int stage, int i) {  // thread 0: K step i of this block's slice into `stage`
+  auto issue = [&](int stage, int i) {  // thread 0: K step i of this block's slice into `stage`
     Full::arrive_and_expect_tx(&full[stage], G::kAStage + G::kBStage);
     copy(tma_a.with(full[stage]), tAg(_, kt0 + i), tAs(_, stage));
     copy(tma_b.with(full[stage]), tBg(_, kt0 + i), tBs(_, stage));
@@ -590,7 +639,7 @@ __global__ void __launch_bounds__(BM / 64 * 128)
   }
   warpgroup_wait<0>();
   warpgroup_fence_operand(acc);
-  wg_push_and_sum<T, G>(acc, thr, cluster, smem, splits, rank, C, M, N, m0, n0, tid);
+  wg_push_and_sum<T, G>(acc, thr, cluster, smem, sh, C, M, N, ws, counters, tid);
 }
 #endif  // KR_TMA
 #endif  // KR_WGMMA
@@ -621,10 +670,9 @@ struct Config {
   }
 
   static void launch_config(cudaLaunchConfig_t& cfg, cudaLaunchAttribute* attr, int m, int n, int splits,
-                            cudaStream_t stream) {
-    const int tiles = ((m + KR_BM - 1) / KR_BM) * ((n + KR_BN - 1) / KR_BN);
+                            int groups, cudaStream_t stream) {
     cfg = cudaLaunchConfig_t{};
-    cfg.gridDim = dim3(splits, tiles, 1);
+    cfg.gridDim = dim3(splits * groups, tiles(m, n), 1);
     cfg.blockDim = dim3(G::kThreads, 1, 1);
     cfg.dynamicSmemBytes = G::kSmemBytes;
     cfg.stream = stream;
@@ -636,17 +684,29 @@ struct Config {
     cfg.numAttrs = 1;
   }
 
+  static long long tiles(int m, int n) {
+    return static_cast<long long>((m + KR_BM - 1) / KR_BM) * ((n + KR_BN - 1) / KR_BN);
+  }
+
+  // The workspace of `groups` > 1 clusters per tile: fp32 elements (each tile's sum from every group) and
+  // counters (one per tile and rank; all 0 before the first launch, and every launch leaves them 0).
+  static void workspace(int m, int n, int splits, int groups, long long* floats, long long* counters) {
+    *floats = groups > 1 ? tiles(m, n) * groups * KR_BM * KR_BN : 0;
+    *counters = groups > 1 ? tiles(m, n) * splits : 0;
+  }
+
   // 0 when the problem can run: 1 shape or alignment, 2 split count, 3 too many tiles, 4 a cluster of this
-  // size with this much shared memory cannot be placed on the GPU, 100 + cudaError otherwise.
-  static int can_implement(int m, int n, int k, int splits) {
+  // size with this much shared memory cannot be placed on the GPU, 5 group count, 100 + cudaError otherwise.
+  static int can_implement(int m, int n, int k, int splits, int groups) {
     if (m <= 0 || n <= 0 || k <= 0 || k % 8 || n % 8) return 1;
     if (splits < 1 || splits > 16 || (splits & (splits - 1))) return 2;  // a power of two up to 16
-    if (static_cast<long long>((m + KR_BM - 1) / KR_BM) * ((n + KR_BN - 1) / KR_BN) > 65535) return 3;
+    if (tiles(m, n) > 65535) return 3;
+    if (groups < 1 || groups > 1024 || (groups > 1 && !KR_PUSH)) return 5;  // the pulled reduction has no groups
     cudaError_t err = prepare();
     if (err != cudaSuccess) return 100 + static_cast<int>(err);
     cudaLaunchConfig_t cfg;
     cudaLaunchAttribute attr[1];
-    launch_config(cfg, attr, m, n, splits, nullptr);
+    launch_config(cfg, attr, m, n, splits, groups, nullptr);
     int clusters = 0;
     err = cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg);
     if (err != cudaSuccess) {
@@ -656,19 +716,24 @@ struct Config {
     return clusters > 0 ? 0 : 4;
   }
 
-  static int run(const void* a, const void* b, void* c, int m, int n, int k, int splits, cudaStream_t stream) {
+  static int run(const void* a, const void* b, void* c, int m, int n, int k, int splits, int groups, void* ws,
+                 void* counters, cudaStream_t stream) {
+    if (groups > 1 && (ws == nullptr || counters == nullptr)) return 6;
     cudaError_t err = prepare();
     if (err != cudaSuccess) return 100 + static_cast<int>(err);
     cudaLaunchConfig_t cfg;
     cudaLaunchAttribute attr[1];
-    launch_config(cfg, attr, m, n, splits, stream);
+    launch_config(cfg, attr, m, n, splits, groups, stream);
+    const int tiles_n = (n + KR_BN - 1) / KR_BN;
+    float* w = static_cast<float*>(ws);
+    unsigned* cnt = static_cast<unsigned*>(counters);
 #if KR_TMA
     using Maps = TmaMaps<T, KR_BM, KR_BN, KR_BK, KR_STAGES>;  // tensor maps of this call's A and B
     err = cudaLaunchKernelEx(&cfg, kernel, Maps::a_map(a, m, k), Maps::b_map(b, n, k), static_cast<T*>(c), m, n, k,
-                             (n + KR_BN - 1) / KR_BN);
+                             tiles_n, w, cnt);
 #else
     err = cudaLaunchKernelEx(&cfg, kernel, static_cast<const T*>(a), static_cast<const T*>(b), static_cast<T*>(c),
-                             m, n, k, (n + KR_BN - 1) / KR_BN);
+                             m, n, k, tiles_n, w, cnt);
 #endif
     return err == cudaSuccess ? 0 : 100 + static_cast<int>(err);
   }
@@ -682,15 +747,21 @@ struct Config {
 
 extern "C" {
 
-int KR_FN(_can_implement)(int m, int n, int k, int splits, int bf16) {
-  return bf16 ? Config<__nv_bfloat16>::can_implement(m, n, k, splits) : Config<__half>::can_implement(m, n, k, splits);
+int KR_FN(_can_implement)(int m, int n, int k, int splits, int groups, int bf16) {
+  return bf16 ? Config<__nv_bfloat16>::can_implement(m, n, k, splits, groups)
+              : Config<__half>::can_implement(m, n, k, splits, groups);
 }
 
-// Launches on `stream`; 0 on success, else 100 + the cudaError of the launch.
-int KR_FN(_run)(const void* a, const void* b, void* c, int m, int n, int k, int splits, int bf16,
-                cudaStream_t stream) {
-  return bf16 ? Config<__nv_bfloat16>::run(a, b, c, m, n, k, splits, stream)
-              : Config<__half>::run(a, b, c, m, n, k, splits, stream);
+void KR_FN(_workspace)(int m, int n, int splits, int groups, long long* floats, long long* counters) {
+  Config<__half>::workspace(m, n, splits, groups, floats, counters);
+}
+
+// Launches on `stream`; 0 on success, 6 without the workspace that groups > 1 needs, else 100 + the cudaError
+// of the launch.
+int KR_FN(_run)(const void* a, const void* b, void* c, int m, int n, int k, int splits, int groups, void* ws,
+                void* counters, int bf16, cudaStream_t stream) {
+  return bf16 ? Config<__nv_bfloat16>::run(a, b, c, m, n, k, splits, groups, ws, counters, stream)
+              : Config<__half>::run(a, b, c, m, n, k, splits, groups, ws, counters, stream);
 }
 
 }  // extern "C"
