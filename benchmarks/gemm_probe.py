@@ -11,8 +11,11 @@ clusterk: variants of the cluster split-K kernel (kernels/cluster_splitk.cu: pip
         pushed or pulled reduction, L2 fetch hint, cp.async or the bulk tensor copy engine), built here under
         their own symbols, at every cluster size including 1 (no split: the main loop alone) on a few deep-K
         shapes, timed interleaved with torch.matmul and two single-block Triton tiled kernels.
+clusterk_ab: the cluster split-K kernels of the current source against the same configurations built from the
+        source at an earlier revision (`--ab-rev`, built here), on shapes they win in the committed table,
+        checked, then timed interleaved with torch.matmul (and, where given, a configuration with groups).
 
-    python3 benchmarks/gemm_probe.py [--parts floor,tiled,noise] [--deadline S]
+    python3 benchmarks/gemm_probe.py [--parts floor,tiled,noise,clusterk,clusterk_ab] [--deadline S]
     python3 benchmarks/gemm_probe.py --summarise benchmarks/results/gemm_runs/probe_floor_tiled_noise.json
 """
 from __future__ import annotations
@@ -310,6 +313,112 @@ def part_clusterk(res: dict, deadline: float, labels: list[str] | None = None) -
             f"best {', '.join(f'{lab} {v:.2f}' for v, lab in best)}; failed {len(entry['failed'])}")
 
 
+# --ab-rev: (m, n, k, cluster split-K kernel) pairs timed from both sources; names with groups (current only)
+AB_CASES = [
+    (64, 64, 2048, "64x64x64_s8_w4_wg/c8"), (128, 128, 4096, "64x64x64_s8_w4_wg/c16"),
+    (128, 128, 2048, "64x64x128_s6_w4_tma/c8"), (64, 512, 8192, "64x64x128_s6_w4_tma/c8"),
+    (1024, 64, 16384, "128x64x64_s6_w8_tma/c8"), (4096, 64, 8192, "64x64x128_s6_w4_tma/c2"),
+    (64, 1024, 2048, "64x64x128_s4_w4_tma/c4"), (64, 64, 16384, "64x64x128_s6_w4_tma/c16"),
+    (64, 64, 16384, "64x64x128_s4_w4_tma/c8g8"), (128, 64, 16384, "64x64x128_s4_w4_tma/c8g4"),
+]
+
+
+def build_ab(rev: str):
+    """(library, {variant: (symbol, configuration)}) of AB_CASES' configurations compiled from kernels/cluster_splitk.cu as it was
+    at git revision `rev`, under their own symbols, into .kernelrl-cache/probe_ab (the old source is written
+    there too, so a device without git history or CUTLASS headers links the carried objects)."""
+    import ctypes
+    import subprocess
+
+    from kernelrl.gemm import build as b
+    from kernelrl.gemm.space import ClusterKConfig
+
+    out = ROOT / ".kernelrl-cache" / "probe_ab"
+    out.mkdir(parents=True, exist_ok=True)
+    source = out / f"cluster_splitk_{rev}.cu"
+    if not source.is_file():
+        rel = b.CK_SOURCE.relative_to(ROOT)
+        source.write_text(subprocess.run(["git", "show", f"{rev}:{rel}"], cwd=ROOT, check=True, capture_output=True,
+                                         text=True).stdout)
+    variants = {}
+    for *_, name in AB_CASES:
+        cfg = ClusterKConfig.parse(f"clusterk:{name}")
+        if cfg.groups == 1:
+            variants[cfg.variant] = (f"ab_{cfg.symbol}", cfg)
+
+    def command(symbol: str, cfg: ClusterKConfig) -> list[str]:
+        cmd = b.clusterk_command(cfg, {"KR_NAME": symbol})
+        return [*cmd[:-1], str(source)]  # the earlier source in place of the current one
+
+    objects = {sym: functools.partial(command, sym, cfg) for sym, cfg in variants.values()}
+    lib = b._compile_and_link(objects, source, "libprobe_ab.so", out, os.cpu_count(), log)
+    return ctypes.CDLL(str(lib)), variants
+
+
+def _old_abi_launcher(lib, symbol: str, splits: int, m: int, n: int, k: int):
+    """A launcher over the C ABI before groups existed: run(a, b, c, m, n, k, splits, bf16, stream)."""
+    import ctypes
+
+    import torch
+
+    run, can = getattr(lib, f"{symbol}_run"), getattr(lib, f"{symbol}_can_implement")
+    run.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int] * 5 + [ctypes.c_void_p]
+    can.argtypes = [ctypes.c_int] * 5
+    if can(m, n, k, splits, 0):
+        raise ValueError(f"{symbol} cannot run {m}x{n}x{k} with {splits} splits")
+    raw = torch._C._cuda_getCurrentRawStream
+
+    def launch(a, b, c):
+        if run(a.data_ptr(), b.data_ptr(), c.data_ptr(), m, n, k, splits, 0, raw(0)):
+            raise RuntimeError(f"{symbol} failed to launch")
+
+    return launch
+
+
+def part_clusterk_ab(res: dict, deadline: float, rev: str) -> None:
+    import torch
+
+    from kernelrl.gemm import check as chk
+    from kernelrl.gemm import timing as tm
+    from kernelrl.gemm.registry import make_launcher
+    from kernelrl.gemm.space import ClusterKConfig
+
+    lib, variants = build_ab(rev)
+    out = res.setdefault("clusterk_ab", {"rev": rev, "shapes": []})
+    rng = random.Random(5)
+    by_shape: dict[tuple[int, int, int], list[str]] = {}
+    for m, n, k, name in AB_CASES:
+        by_shape.setdefault((m, n, k), []).append(name)
+    for (m, n, k), names in by_shape.items():
+        if time.perf_counter() - T0 > deadline:
+            log("clusterk_ab: deadline")
+            break
+        a, b_ = chk.random_inputs(m, n, k)
+        ref = chk.reference(a, b_)
+        fns, failed = {"torch": (torch.matmul, False)}, {}
+        for name in names:
+            cfg = ClusterKConfig.parse(f"clusterk:{name}")
+            pairs = [(f"new:{name}", functools.partial(make_launcher, f"clusterk:{name}", m, n, k))]
+            if cfg.groups == 1:
+                pairs.append((f"old:{name}", functools.partial(_old_abi_launcher, lib, variants[cfg.variant][0],
+                                                               cfg.splits, m, n, k)))
+            for label, make in pairs:
+                try:
+                    fn = make()
+                    c = chk.check(fn, a, b_, ref)
+                    if c.ok:
+                        fns[label] = (fn, True)
+                    else:
+                        failed[label] = c.reason
+                except (ValueError, RuntimeError, KeyError) as e:
+                    failed[label] = str(e)[:200]
+        del ref, a, b_
+        t = tm.time_graphs(fns, tm.Inputs(m, n, k), 100, 21, rng)
+        out["shapes"].append({"m": m, "n": n, "k": k, "us": t, "failed": failed})
+        log(f"clusterk_ab {m}x{n}x{k}: " + ", ".join(f"{lab} {v:.3f}" for lab, v in t.items())
+            + (f"; failed {failed}" if failed else ""))
+
+
 def summarise(res: dict) -> list[str]:
     """The figures the findings quote from a probe's JSON: the tiled kernel's reach and the timing spread."""
     from kernelrl.gemm.shapes import Shape
@@ -341,6 +450,13 @@ def summarise(res: dict) -> list[str]:
     if moved:
         worst = max(moved, key=lambda t: abs(math.log(t[0])))
         lines.append(f"noise, second input set: largest change {worst[0]:.3f}x on {'x'.join(map(str, worst[1]))}")
+    ab = res.get("clusterk_ab", {}).get("shapes", [])
+    ratios = [e["us"][f"new:{lab[4:]}"] / v for e in ab for lab, v in e["us"].items()
+              if lab.startswith("old:") and f"new:{lab[4:]}" in e["us"]]
+    if ratios:
+        lines.append(f"clusterk_ab: current source / revision {res['clusterk_ab']['rev']}, same configurations: "
+                     f"geomean {math.exp(sum(map(math.log, ratios)) / len(ratios)):.4f}, "
+                     f"range {min(ratios):.4f}-{max(ratios):.4f} ({len(ratios)} pairs)")
     for e in res.get("clusterk", []):
         t = e["us"]
         per_label: dict[str, tuple[float, str]] = {}
@@ -363,7 +479,9 @@ def main() -> None:
     ap.add_argument("--tiled-max-us", type=float, default=6.0)
     ap.add_argument("--tiled-share", type=float, default=0.6, help="share of the deadline the tiled part may use")
     ap.add_argument("--clusterk-variants", default="", help="comma-separated labels of CLUSTERK_VARIANTS")
-    ap.add_argument("--build-only", action="store_true", help="compile the cluster split-K variants and stop")
+    ap.add_argument("--ab-rev", default="ddc773c", help="the earlier revision part clusterk_ab builds from")
+    ap.add_argument("--build-only", action="store_true", help="compile the cluster split-K variants (and, with "
+                    "clusterk_ab in --parts, the earlier revision's) and stop")
     ap.add_argument("--summarise", metavar="JSON", help="print the summary of an earlier probe's JSON and stop")
     args = ap.parse_args()
     if args.summarise:
@@ -371,7 +489,10 @@ def main() -> None:
         return
     OUT.mkdir(parents=True, exist_ok=True)
     if args.build_only:
-        build_clusterk_variants([v for v in args.clusterk_variants.split(",") if v])
+        if "clusterk_ab" in args.parts.split(","):
+            build_ab(args.ab_rev)
+        else:
+            build_clusterk_variants([v for v in args.clusterk_variants.split(",") if v])
         return
     import torch
     import triton
@@ -388,6 +509,8 @@ def main() -> None:
             part_noise(res, args.deadline)
         if "clusterk" in parts:
             part_clusterk(res, args.deadline, [v for v in args.clusterk_variants.split(",") if v])
+        if "clusterk_ab" in parts:
+            part_clusterk_ab(res, args.deadline, args.ab_rev)
     finally:
         (OUT / "gemm_probe.json").write_text(json.dumps(res))
         log("wrote gemm_probe.json")

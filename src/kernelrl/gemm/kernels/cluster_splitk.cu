@@ -117,11 +117,12 @@ __device__ __forceinline__ void store4(T* dst, float4 v) {
 struct Share {
   int splits, rank, m0, n0, kt0, nk, group, groups;
 };
-template <int BM, int BN, int BK>
+template <int BM, int BN, int BK, bool kGrouped>
 __device__ __forceinline__ Share block_share(const cg::cluster_group& cluster, int K, int tiles_n) {
   const int splits = static_cast<int>(cluster.num_blocks());
   const int rank = static_cast<int>(cluster.block_rank());
-  const int groups = static_cast<int>(gridDim.x) / splits, group = static_cast<int>(blockIdx.x) / splits;
+  const int groups = kGrouped ? static_cast<int>(gridDim.x) / splits : 1;
+  const int group = kGrouped ? static_cast<int>(blockIdx.x) / splits : 0;
   const int k_tiles = (K + BK - 1) / BK;
   const int per_slice = (k_tiles + splits * groups - 1) / (splits * groups);
   const int kt0 = min(k_tiles, (group * splits + rank) * per_slice);
@@ -136,7 +137,7 @@ __device__ __forceinline__ Share block_share(const cg::cluster_group& cluster, i
 // itself in on that region's counter; the block that arrives last sums the groups' slots in group order (the
 // same bits whoever arrives last), writes C and sets the counter back to 0 for the next launch. No block waits
 // for another, so no order of scheduling can deadlock.
-template <typename T, int BN, int kThreads, int kRStride>
+template <typename T, int BN, int kThreads, int kRStride, bool kGrouped>
 __device__ __forceinline__ void sum_own_rows(const float* recv, int rows_per, const Share& sh, T* C, int M, int N,
                                              float* ws, unsigned* counters, int tid) {
   const int splits = sh.splits, rank = sh.rank, m0 = sh.m0, n0 = sh.n0;
@@ -153,36 +154,38 @@ __device__ __forceinline__ void sum_own_rows(const float* recv, int rows_per, co
       sum.w += v.w;
     }
     const int r = rank * rows_per + rr;
-    if (sh.groups > 1) {
+    if constexpr (kGrouped) {
       __stcg(region + size_t(sh.group) * n4 + g, sum);  // to L2, where the last block reads it
     } else if (m0 + r < M && n0 + c < N) {
       store4<T>(C + size_t(m0 + r) * N + n0 + c, sum);  // N % 8 == 0
     }
   }
-  if (sh.groups == 1) return;
-  __shared__ int last;
-  __threadfence();  // this block's slot is visible to the GPU before it is counted
-  __syncthreads();
-  if (tid == 0) {
-    unsigned* counter = counters + size_t(blockIdx.y) * splits + rank;
-    last = atomicAdd(counter, 1u) == unsigned(sh.groups - 1);
-    if (last) *counter = 0u;  // every group has arrived: nothing else touches it in this launch
-  }
-  __syncthreads();
-  if (!last) return;
-  __threadfence();  // the other groups' slots, counted before this block, are read after the count
-  for (int g = tid; g < n4; g += kThreads) {
-    const int rr = g / (BN / 4), c = (g % (BN / 4)) * 4;
-    float4 sum = make_float4(0.f, 0.f, 0.f, 0.f);
-    for (int q = 0; q < sh.groups; ++q) {
-      const float4 v = __ldcg(region + size_t(q) * n4 + g);
-      sum.x += v.x;
-      sum.y += v.y;
-      sum.z += v.z;
-      sum.w += v.w;
+  if constexpr (kGrouped) {
+    __syncthreads();  // every thread's stores to the slot come before thread 0 counts the block in
+    int is_last = 0;
+    if (tid == 0) {
+      unsigned* counter = counters + size_t(blockIdx.y) * splits + rank;
+      unsigned before;
+      // acq_rel at GPU scope: releases this block's slot (ordered before by the barrier) and acquires the slots
+      // of the groups counted before it
+      asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;\n" : "=r"(before) : "l"(counter) : "memory");
+      is_last = before == unsigned(sh.groups - 1);
+      if (is_last) *counter = 0u;  // every group has arrived: nothing else touches it in this launch
     }
-    const int r = rank * rows_per + rr;
-    if (m0 + r < M && n0 + c < N) store4<T>(C + size_t(m0 + r) * N + n0 + c, sum);
+    if (!__syncthreads_or(is_last)) return;
+    for (int g = tid; g < n4; g += kThreads) {
+      const int rr = g / (BN / 4), c = (g % (BN / 4)) * 4;
+      float4 sum = make_float4(0.f, 0.f, 0.f, 0.f);
+      for (int q = 0; q < sh.groups; ++q) {
+        const float4 v = __ldcg(region + size_t(q) * n4 + g);  // from L2, past this SM's L1
+        sum.x += v.x;
+        sum.y += v.y;
+        sum.z += v.z;
+        sum.w += v.w;
+      }
+      const int r = rank * rows_per + rr;
+      if (m0 + r < M && n0 + c < N) store4<T>(C + size_t(m0 + r) * N + n0 + c, sum);
+    }
   }
 }
 
@@ -253,7 +256,7 @@ __device__ __forceinline__ void load_fragments(uint32_t (&af)[G::kMT][4], uint32
   }
 }
 
-template <typename T, int BM, int BN, int BK, int STAGES, int WM, int WN>
+template <typename T, int BM, int BN, int BK, int STAGES, int WM, int WN, bool kGrouped>
 __global__ void __launch_bounds__(WM* WN * 32)
     cluster_splitk(const T* __restrict__ A, const T* __restrict__ B, T* __restrict__ C, int M, int N, int K,
                    int tiles_n, float* __restrict__ ws, unsigned* __restrict__ counters) {
@@ -263,7 +266,7 @@ __global__ void __launch_bounds__(WM* WN * 32)
   T* sB = sA + STAGES * G::kATile;
 
   cg::cluster_group cluster = cg::this_cluster();
-  const Share sh = block_share<BM, BN, BK>(cluster, K, tiles_n);
+  const Share sh = block_share<BM, BN, BK, kGrouped>(cluster, K, tiles_n);
   const int splits = sh.splits, rank = sh.rank, m0 = sh.m0, n0 = sh.n0, kt0 = sh.kt0, nk = sh.nk;
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -343,7 +346,7 @@ __global__ void __launch_bounds__(WM* WN * 32)
     }
   cluster.sync();  // every partial has landed in its owner's shared memory; nothing remote is touched after
 
-  sum_own_rows<T, BN, G::kThreads, G::kRStride>(recv, rows_per, sh, C, M, N, ws, counters, tid);
+  sum_own_rows<T, BN, G::kThreads, G::kRStride, kGrouped>(recv, rows_per, sh, C, M, N, ws, counters, tid);
 #else
   cp_async_wait<0>();
   __syncthreads();  // the pipeline's shared memory now holds the partial tile instead
@@ -431,7 +434,7 @@ __device__ __forceinline__ void wg_step(Mma& mma, const FA& tCrA, const FB& tCrB
 // The end of both wgmma kernels: each block pushes its partial rows to the blocks that own them (as the mma.sync
 // kernel does), then each owner sums its rows and writes them to C (or, with several clusters per tile, meets
 // the other clusters' sums in the workspace).
-template <typename T, typename G, class Acc, class Thr>
+template <typename T, typename G, bool kGrouped, class Acc, class Thr>
 __device__ __forceinline__ void wg_push_and_sum(const Acc& acc, const Thr& thr, cg::cluster_group& cluster,
                                                 unsigned char* smem, const Share& sh, T* C, int M, int N,
                                                 float* ws, unsigned* counters, int tid) {
@@ -448,10 +451,10 @@ __device__ __forceinline__ void wg_push_and_sum(const Acc& acc, const Thr& thr, 
     *reinterpret_cast<float2*>(slot + c) = make_float2(acc(v), acc(v + 1));
   }
   cluster.sync();  // every partial has landed in its owner's shared memory; nothing remote is touched after
-  sum_own_rows<T, BN, G::kThreads, G::kRStride>(recv, rows_per, sh, C, M, N, ws, counters, tid);
+  sum_own_rows<T, BN, G::kThreads, G::kRStride, kGrouped>(recv, rows_per, sh, C, M, N, ws, counters, tid);
 }
 
-template <typename T, int BM, int BN, int BK, int STAGES>
+template <typename T, int BM, int BN, int BK, int STAGES, bool kGrouped>
 __global__ void __launch_bounds__(BM / 64 * 128)
     cluster_splitk_wg(const T* __restrict__ A, const T* __restrict__ B, T* __restrict__ C, int M, int N, int K,
                       int tiles_n, float* __restrict__ ws, unsigned* __restrict__ counters) {
@@ -466,7 +469,7 @@ __global__ void __launch_bounds__(BM / 64 * 128)
   Tensor sB = make_tensor(make_smem_ptr(b_base), typename G::SmemB{});  // (BN, BK, STAGES)
 
   cg::cluster_group cluster = cg::this_cluster();
-  const Share sh = block_share<BM, BN, BK>(cluster, K, tiles_n);
+  const Share sh = block_share<BM, BN, BK, kGrouped>(cluster, K, tiles_n);
   const int m0 = sh.m0, n0 = sh.n0, kt0 = sh.kt0, nk = sh.nk;
   const int tid = threadIdx.x;
   // Shared memory of another block may be written only once that block runs: arrive now, wait before pushing.
@@ -539,7 +542,7 @@ __global__ void __launch_bounds__(BM / 64 * 128)
   warpgroup_wait<0>();
   warpgroup_fence_operand(acc);
 
-  wg_push_and_sum<T, G>(acc, thr, cluster, smem, sh, C, M, N, ws, counters, tid);
+  wg_push_and_sum<T, G, kGrouped>(acc, thr, cluster, smem, sh, C, M, N, ws, counters, tid);
 }
 
 #if KR_TMA
@@ -567,7 +570,7 @@ struct TmaMaps {
   using B = decltype(b_map(nullptr, 0, 0));
 };
 
-template <typename T, int BM, int BN, int BK, int STAGES>
+template <typename T, int BM, int BN, int BK, int STAGES, bool kGrouped>
 __global__ void __launch_bounds__(BM / 64 * 128)
     cluster_splitk_tma(CUTE_GRID_CONSTANT typename TmaMaps<T, BM, BN, BK, STAGES>::A const tma_a,
                        CUTE_GRID_CONSTANT typename TmaMaps<T, BM, BN, BK, STAGES>::B const tma_b,
@@ -586,7 +589,7 @@ __global__ void __launch_bounds__(BM / 64 * 128)
   uint64_t* empty = full + STAGES;
 
   cg::cluster_group cluster = cg::this_cluster();
-  const Share sh = block_share<BM, BN, BK>(cluster, K, tiles_n);
+  const Share sh = block_share<BM, BN, BK, kGrouped>(cluster, K, tiles_n);
   const int m0 = sh.m0, n0 = sh.n0, kt0 = sh.kt0, nk = sh.nk;
   const int tid = threadIdx.x;
   if (tid == 0) {
@@ -639,7 +642,7 @@ __global__ void __launch_bounds__(BM / 64 * 128)
   }
   warpgroup_wait<0>();
   warpgroup_fence_operand(acc);
-  wg_push_and_sum<T, G>(acc, thr, cluster, smem, sh, C, M, N, ws, counters, tid);
+  wg_push_and_sum<T, G, kGrouped>(acc, thr, cluster, smem, sh, C, M, N, ws, counters, tid);
 }
 #endif  // KR_TMA
 #endif  // KR_WGMMA
@@ -647,13 +650,16 @@ __global__ void __launch_bounds__(BM / 64 * 128)
 template <typename T>
 struct Config {
 #if KR_TMA
-  static constexpr auto kernel = cluster_splitk_tma<T, KR_BM, KR_BN, KR_BK, KR_STAGES>;
+  template <bool kGrouped>
+  static constexpr auto kernel = cluster_splitk_tma<T, KR_BM, KR_BN, KR_BK, KR_STAGES, kGrouped>;
   using G = WgGeometry<T, KR_BM, KR_BN, KR_BK, KR_STAGES>;
 #elif KR_WGMMA
-  static constexpr auto kernel = cluster_splitk_wg<T, KR_BM, KR_BN, KR_BK, KR_STAGES>;
+  template <bool kGrouped>
+  static constexpr auto kernel = cluster_splitk_wg<T, KR_BM, KR_BN, KR_BK, KR_STAGES, kGrouped>;
   using G = WgGeometry<T, KR_BM, KR_BN, KR_BK, KR_STAGES>;
 #else
-  static constexpr auto kernel = cluster_splitk<T, KR_BM, KR_BN, KR_BK, KR_STAGES, KR_WM, KR_WN>;
+  template <bool kGrouped>
+  static constexpr auto kernel = cluster_splitk<T, KR_BM, KR_BN, KR_BK, KR_STAGES, KR_WM, KR_WN, kGrouped>;
   using G = Geometry<KR_BM, KR_BN, KR_BK, KR_STAGES, KR_WM, KR_WN>;
 #endif
 
@@ -662,9 +668,12 @@ struct Config {
     cudaGetDevice(&dev);
     static unsigned long long ready = 0;  // one bit per device
     if (dev < 64 && (ready >> dev) & 1) return cudaSuccess;
-    cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           static_cast<int>(G::kSmemBytes));
-    if (err == cudaSuccess) err = cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+    cudaError_t err = cudaSuccess;
+    for (auto fn : {kernel<false>, kernel<true>}) {
+      if (err == cudaSuccess)
+        err = cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(G::kSmemBytes));
+      if (err == cudaSuccess) err = cudaFuncSetAttribute(fn, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+    }
     if (err == cudaSuccess && dev < 64) ready |= 1ull << dev;
     return err;
   }
@@ -708,7 +717,8 @@ struct Config {
     cudaLaunchAttribute attr[1];
     launch_config(cfg, attr, m, n, splits, groups, nullptr);
     int clusters = 0;
-    err = cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg);
+    err = groups > 1 ? cudaOccupancyMaxActiveClusters(&clusters, kernel<true>, &cfg)
+                     : cudaOccupancyMaxActiveClusters(&clusters, kernel<false>, &cfg);
     if (err != cudaSuccess) {
       cudaGetLastError();
       return 100 + static_cast<int>(err);
@@ -727,13 +737,15 @@ struct Config {
     const int tiles_n = (n + KR_BN - 1) / KR_BN;
     float* w = static_cast<float*>(ws);
     unsigned* cnt = static_cast<unsigned*>(counters);
+    // one cluster per tile: the kernel without the workspace round (the same as before groups existed)
+    const auto fn = groups > 1 ? kernel<true> : kernel<false>;
 #if KR_TMA
     using Maps = TmaMaps<T, KR_BM, KR_BN, KR_BK, KR_STAGES>;  // tensor maps of this call's A and B
-    err = cudaLaunchKernelEx(&cfg, kernel, Maps::a_map(a, m, k), Maps::b_map(b, n, k), static_cast<T*>(c), m, n, k,
+    err = cudaLaunchKernelEx(&cfg, fn, Maps::a_map(a, m, k), Maps::b_map(b, n, k), static_cast<T*>(c), m, n, k,
                              tiles_n, w, cnt);
 #else
-    err = cudaLaunchKernelEx(&cfg, kernel, static_cast<const T*>(a), static_cast<const T*>(b), static_cast<T*>(c),
-                             m, n, k, tiles_n, w, cnt);
+    err = cudaLaunchKernelEx(&cfg, fn, static_cast<const T*>(a), static_cast<const T*>(b), static_cast<T*>(c), m, n,
+                             k, tiles_n, w, cnt);
 #endif
     return err == cudaSuccess ? 0 : 100 + static_cast<int>(err);
   }
