@@ -18,13 +18,19 @@ hopper = pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_devi
                             reason="the Triton TMA and CUTLASS kernels are built for sm_90a")
 
 
+def _kind(name: str) -> str:
+    """A kernel's family; cluster split-K with several clusters per tile (a workspace per stream) apart."""
+    fam = name.split(":")[0]
+    return f"{fam} grouped" if fam == "clusterk" and "g" in name.rsplit("/", 1)[1] else fam
+
+
 def _tuned(n, seed=0, dtype="fp16"):
     """About n tuned (not torch) shapes of the committed table, spread over families (at least one each)."""
     names = default_dispatcher().table.lookup()
     keys = sorted((k for k in names if k[3] == dtype), key=lambda k: k[0] * k[1] * k[2])
     by_fam = {}
     for k in keys:
-        by_fam.setdefault(names[k].split(":")[0], []).append(k)
+        by_fam.setdefault(_kind(names[k]), []).append(k)
     rng = random.Random(seed)
     picked = []
     for fam, ks in by_fam.items():
