@@ -359,7 +359,7 @@ CLUSTERK_MAX_SPLITS = 16  # the largest (non-portable) cluster Hopper places
 CLUSTERK_MAX_GROUPS = 1024  # clusters sharing one output tile's K (the kernel's own limit)
 # Cost model of several clusters per tile: SMs that clusters of each size can fill at once (a cluster stays
 # within one GPC: a GPC of 16-18 SMs holds one cluster of 16, two of 8; a guess to rank with), and one round
-# trip through the global workspace (store, fence, atomic count, the last block's loads).
+# trip through the global workspace (the stores, the count, the last block's loads).
 CLUSTERK_CLUSTER_SMS = {2: 132, 4: 128, 8: 128, 16: 112}
 CLUSTERK_GROUP_US = 0.6
 CLUSTERK_REDUCE_US = 0.15  # cost model: one more block's partials exchanged over distributed shared memory
