@@ -366,10 +366,10 @@ def _old_abi_launcher(lib, symbol: str, splits: int, m: int, n: int, k: int):
     can.argtypes = [ctypes.c_int] * 5
     if can(m, n, k, splits, 0):
         raise ValueError(f"{symbol} cannot run {m}x{n}x{k} with {splits} splits")
-    raw = torch._C._cuda_getCurrentRawStream
+    raw, dev = torch._C._cuda_getCurrentRawStream, torch.cuda.current_device()
 
     def launch(a, b, c):
-        if run(a.data_ptr(), b.data_ptr(), c.data_ptr(), m, n, k, splits, 0, raw(0)):
+        if run(a.data_ptr(), b.data_ptr(), c.data_ptr(), m, n, k, splits, 0, raw(dev)):
             raise RuntimeError(f"{symbol} failed to launch")
 
     return launch
