@@ -506,10 +506,8 @@ def clusterk_candidates(shape: Shape, top: int = 8, grouped_top: int = 0) -> lis
     """Up to `top` cluster split-K configurations for a shape with few output tiles and a deep K (empty for
     others): each tile that fits the output with its cost model's best cluster size, then its second best.
     Then up to `grouped_top` with several clusters per output tile (`clusterk_grouped_candidates`)."""
-    if shape.k < CLUSTERK_SEARCH_MIN_K or math.ceil(shape.m / 128) * math.ceil(shape.n / 128) >= NUM_SMS:
+    if not _clusterk_searched(shape):
         return []
-    if shape.k % 8 or shape.n % 8:
-        return []  # 16-byte rows: the kernel's cp.async loads need them
     per_tile = []
     for cfg, tiles, loop_cost in _clusterk_tiles(shape):
         scored = []
@@ -522,6 +520,12 @@ def clusterk_candidates(shape: Shape, top: int = 8, grouped_top: int = 0) -> lis
             s *= 2
         per_tile.append(scored)
     return _firsts_then_seconds(per_tile, top) + clusterk_grouped_candidates(shape, grouped_top)
+
+
+def _clusterk_searched(shape: Shape) -> bool:
+    """Few output tiles (fewer of 128x128 than SMs), a deep K, and 16-byte rows (the kernel's loads need them)."""
+    return (shape.k >= CLUSTERK_SEARCH_MIN_K and math.ceil(shape.m / 128) * math.ceil(shape.n / 128) < NUM_SMS
+            and not shape.k % 8 and not shape.n % 8)
 
 
 def _clusterk_tiles(shape: Shape, main_loops=("mma", "wg", "tma")):
@@ -544,8 +548,7 @@ def clusterk_grouped_candidates(shape: Shape, top: int = 8) -> list[ClusterKConf
     each (cluster size, groups) first, then the second best of each (the model ranks tiles better than it ranks
     cluster sizes: how many clusters of each size the GPU places at once is a guess). Empty where the plain
     candidates are (few tiles, deep K only)."""
-    if (top <= 0 or shape.k < CLUSTERK_SEARCH_MIN_K or shape.k % 8 or shape.n % 8
-            or math.ceil(shape.m / 128) * math.ceil(shape.n / 128) >= NUM_SMS):
+    if top <= 0 or not _clusterk_searched(shape):
         return []
     by_split: dict[tuple[int, int], list[tuple[float, ClusterKConfig]]] = {}
     for cfg, tiles, loop_cost in _clusterk_tiles(shape, ("wg", "tma")):
