@@ -245,6 +245,29 @@ def test_groups_of_clusters_are_searched_where_one_cluster_per_tile_leaves_sms_i
     assert clusterk_grouped_candidates(Shape(64, 64, 256)) == []  # a shallow K
 
 
+def test_groups_that_fill_the_wave_are_searched_besides_powers_of_two():
+    from kernelrl.gemm.space import _group_counts
+
+    assert _group_counts(8, 120, 1000) == [2, 4, 8, 15]  # clusters of 8, one tile: 15 fill 120 SMs
+    assert _group_counts(8, 128, 1000) == [2, 4, 8, 16]
+    assert _group_counts(8, 120, 6) == [2, 4, 6]  # K has steps for 6 slices per cluster only
+    assert _group_counts(64, 120, 1000) == []  # one group already fills the wave
+    one_per_sm = {c.name.split("/")[1] for c in clusterk_grouped_candidates(Shape(64, 64, 16384), 40)
+                  if c.resident == 1}
+    assert {"c8g15", "c4g30", "c16g7"} <= one_per_sm and not one_per_sm & {"c8g16", "c4g32"}  # 128: 2 waves
+
+
+def test_the_cost_model_places_clusters_within_gpcs():
+    # 32 output tiles split 4 ways: 128 blocks fit the 132 SMs, but clusters of 4 hold 120 (30 clusters)
+    from kernelrl.gemm.space import LAUNCH_US, estimate_us
+
+    shape = Shape(512, 256, 16384)
+    plain = estimate_us(shape, 64, 64, splits=4, fixup_share=0.0) - LAUNCH_US
+    clustered = estimate_us(shape, 64, 64, splits=4, cluster=4, fixup_share=0.0) - LAUNCH_US
+    assert clustered > 1.6 * plain  # a second wave
+    assert estimate_us(shape, 64, 64, splits=4, cluster=2, fixup_share=0.0) - LAUNCH_US == plain  # 66 of 2 fit
+
+
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
 def test_cluster_split_k_library_builds_for_sm90a_and_refuses_what_it_cannot_run(tmp_path):
     # Compiles the kernel source for Hopper and loads the library; the refusals below run before any CUDA

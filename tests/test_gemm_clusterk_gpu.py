@@ -9,7 +9,7 @@ pytestmark = pytest.mark.gpu
 
 from kernelrl.gemm import check as chk  # noqa: E402
 from kernelrl.gemm.registry import make_launcher  # noqa: E402
-from kernelrl.gemm.space import CLUSTERK_TILES  # noqa: E402
+from kernelrl.gemm.space import CLUSTERK_CLUSTER_SMS, CLUSTERK_TILES  # noqa: E402
 from gemm_gpu_checks import captured, on_two_streams, replays_correctly  # noqa: E402
 
 hopper = pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0),
@@ -17,9 +17,11 @@ hopper = pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_devi
 SPLITS = (2, 4, 8, 16)
 
 
-# (tile, cluster size, clusters per tile): both wgmma main loops, clusters of 2 to 16, 2 to 32 groups
+# (tile, cluster size, clusters per tile): both wgmma main loops, clusters of 2 to 16, 2 to 32 groups, and
+# group counts that are not powers of two (uneven slices of K; the search proposes those that fill a wave)
 GROUPED = [("64x64x128_s6_w4_tma", 8, 4), ("64x64x64_s8_w4_wg", 4, 8), ("64x128x64_s3_w4_tma", 2, 16),
-           ("128x64x128_s3_w8_tma", 16, 2), ("64x64x128_s4_w4_tma", 4, 32)]
+           ("128x64x128_s3_w8_tma", 16, 2), ("64x64x128_s4_w4_tma", 4, 32), ("64x64x128_s4_w4_tma", 8, 15),
+           ("64x64x64_s8_w4_wg", 4, 7)]
 NAMES = ([tile.with_splits(s).name for tile in CLUSTERK_TILES for s in SPLITS]
          + [f"clusterk:{tile}/c{s}g{g}" for tile, s, g in GROUPED])
 
@@ -106,3 +108,17 @@ def test_problems_the_kernel_cannot_run_are_refused_when_the_launcher_is_made():
         make_launcher("clusterk:64x64x64_s4_w4/c32", 64, 64, 1024)
     with pytest.raises(ValueError, match="groups"):
         make_launcher("clusterk:64x64x64_s4_w4/c2g2048", 64, 64, 1024)
+
+
+@hopper
+def test_the_search_knows_how_many_sms_each_cluster_size_fills():
+    # the cost model's CLUSTERK_CLUSTER_SMS against CUDA's occupancy calculator for every compiled tile: a
+    # launch of more blocks than this runs a second wave
+    from kernelrl.gemm.clusterk import max_active_clusters
+
+    for tile in CLUSTERK_TILES:
+        for s in SPLITS:
+            for groups in (1, 2):
+                cfg = tile.with_splits(s, groups)
+                assert max_active_clusters(cfg) * s == CLUSTERK_CLUSTER_SMS[s] * tile.resident, cfg.name
+                assert max_active_clusters(cfg, torch.bfloat16) == max_active_clusters(cfg), cfg.name

@@ -25,7 +25,7 @@ WORKSPACES = PerStream(lambda dev, sizes: (torch.empty(sizes[0], dtype=torch.flo
 def _fns(lib: ctypes.CDLL, symbol: str):
     try:
         run, can = getattr(lib, f"{symbol}_run"), getattr(lib, f"{symbol}_can_implement")
-        ws = getattr(lib, f"{symbol}_workspace")
+        ws, most = getattr(lib, f"{symbol}_workspace"), getattr(lib, f"{symbol}_max_clusters")
     except AttributeError as e:
         raise KeyError(f"cluster split-K configuration {symbol} is not in the built library (or was built from an "
                        "older source): rebuild it (`kernelrl gemm build`)") from e
@@ -33,7 +33,19 @@ def _fns(lib: ctypes.CDLL, symbol: str):
     can.argtypes = [_i] * 6
     ws.argtypes = [_i, _i, _i, _i, ctypes.POINTER(_ll), ctypes.POINTER(_ll)]
     ws.restype = None
-    return run, can, ws
+    most.argtypes = [_i] * 3
+    return run, can, ws, most
+
+
+def max_active_clusters(cfg: ClusterKConfig, dtype=torch.float16) -> int:
+    """How many clusters of `cfg.splits` blocks of this configuration the current GPU runs at once (CUDA's
+    occupancy calculator: one block per SM where the shared memory allows one, and a cluster stays within one
+    GPC, so some SMs of each GPC stay idle for sizes that do not divide the GPC)."""
+    most = _fns(clusterk_lib(), cfg.symbol)[3]
+    clusters = most(cfg.splits, cfg.groups, int(dtype == torch.bfloat16))
+    if clusters < 0:
+        raise RuntimeError(f"{cfg.name}: the occupancy query failed (cudaError {-clusters})")
+    return clusters
 
 
 def make_launcher(cfg: ClusterKConfig, m: int, n: int, k: int, dtype=torch.float16,
@@ -50,7 +62,7 @@ def launcher(lib: ctypes.CDLL, symbol: str, name: str, splits: int, m: int, n: i
     (`WORKSPACES`), taken on the stream's first call."""
     if dtype not in (torch.float16, torch.bfloat16):
         raise ValueError(f"cluster split-K takes fp16 or bf16, not {dtype}")
-    run, can, ws_size = _fns(lib, symbol)
+    run, can, ws_size, _ = _fns(lib, symbol)
     bf16 = int(dtype == torch.bfloat16)
     why = can(m, n, k, splits, groups, bf16)
     if why:

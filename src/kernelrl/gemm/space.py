@@ -357,10 +357,15 @@ CLUSTERK_TILES: tuple[ClusterKConfig, ...] = (
 CLUSTERK_LOOP_COST = {"mma": 1.0, "wg": 0.56, "tma": 0.37}
 CLUSTERK_MAX_SPLITS = 16  # the largest (non-portable) cluster Hopper places
 CLUSTERK_MAX_GROUPS = 1024  # clusters sharing one output tile's K (the kernel's own limit)
-# Cost model of several clusters per tile: SMs that clusters of each size can fill at once (a cluster stays
-# within one GPC: a GPC of 16-18 SMs holds one cluster of 16, two of 8; a guess to rank with), and one round
-# trip through the global workspace (the stores, the count, the last block's loads).
-CLUSTERK_CLUSTER_SMS = {2: 132, 4: 128, 8: 128, 16: 112}
+# SMs that clusters of each size fill at once on the H200, one block per SM: a cluster stays within one GPC, so
+# the SMs of a GPC beyond a multiple of the cluster size stay idle. CUDA's occupancy calculator
+# (cudaOccupancyMaxActiveClusters, which Nsight Compute reports too) gives 66 clusters of 2, 30 of 4 and 15 of 8
+# (benchmarks/results/gemm_runs/ncu_clusterk_skinny/); a launch of more blocks runs a second wave. Blocks that
+# share an SM two at a time fill twice as many. Checked on the GPU against the built kernels
+# (tests/test_gemm_clusterk_gpu.py).
+CLUSTERK_CLUSTER_SMS = {1: NUM_SMS, 2: 132, 4: 120, 8: 120, 16: 112}
+# Cost model of several clusters per tile: one round trip through the global workspace (the stores, the
+# count, the last block's loads).
 CLUSTERK_GROUP_US = 0.6
 CLUSTERK_REDUCE_US = 0.15  # cost model: one more block's partials exchanged over distributed shared memory
 # Cost model: the share of the loop's per-step cost left when two blocks share an SM (a guess to rank with)
@@ -419,10 +424,9 @@ def estimate_us(shape: Shape, bm: int, bn: int, splits: int = 1, streamk: bool =
         fixup = 0.0
     else:
         work_units = tiles * splits
-        slots = NUM_SMS * resident
+        # clusters place whole within one GPC: fewer SMs hold blocks at once than the GPU has
+        slots = CLUSTERK_CLUSTER_SMS.get(cluster, NUM_SMS - NUM_SMS % cluster) * resident
         waves = math.ceil(work_units / slots)
-        # clusters place tiles in pairs: an odd tail wastes up to one SM per cluster
-        waves = math.ceil(work_units / (slots - (slots % cluster))) if cluster > 1 else waves
         compute = waves * resident * (bm * bn * (shape.k / splits) * 2) / per_sm
         fixup = fixup_share * (splits - 1) * shape.m * shape.n * 4 * 2 / DRAM_BYTES_PER_US
     memory = shape.bytes() / DRAM_BYTES_PER_US
@@ -543,25 +547,32 @@ def _clusterk_tiles(shape: Shape, main_loops=("mma", "wg", "tma")):
 def clusterk_grouped_candidates(shape: Shape, top: int = 8) -> list[ClusterKConfig]:
     """Up to `top` cluster split-K configurations (wgmma main loops) with `groups` >= 2 clusters per output
     tile, for shapes where one cluster per tile leaves SMs idle: every (cluster size, groups) whose blocks fit
-    one wave of the SMs that clusters of that size can hold (CLUSTERK_CLUSTER_SMS) and whose slices of K are
-    at least one K step, ranked by the cost model plus one round trip through the workspace; the best tile of
-    each (cluster size, groups) first, then the second best of each (the model ranks tiles better than it ranks
-    cluster sizes: how many clusters of each size the GPU places at once is a guess). Empty where the plain
-    candidates are (few tiles, deep K only)."""
+    one wave of the SMs that clusters of that size can hold (CLUSTERK_CLUSTER_SMS; powers of two, and the count
+    that fills the wave) and whose slices of K are at least one K step, ranked by the cost model plus one round
+    trip through the workspace; the best tile of each (cluster size, groups) first, then the second best of
+    each (the model ranks tiles better than it ranks the split between cluster size and groups). Empty where
+    the plain candidates are (few tiles, deep K only)."""
     if top <= 0 or not _clusterk_searched(shape):
         return []
     by_split: dict[tuple[int, int], list[tuple[float, ClusterKConfig]]] = {}
     for cfg, tiles, loop_cost in _clusterk_tiles(shape, ("wg", "tma")):
-        for s, sms in CLUSTERK_CLUSTER_SMS.items():
-            g = 2
-            while tiles * s * g <= sms * cfg.resident and shape.k >= s * g * cfg.bk and g <= CLUSTERK_MAX_GROUPS:
+        for s in (size for size in CLUSTERK_CLUSTER_SMS if size > 1):
+            for g in _group_counts(tiles * s, CLUSTERK_CLUSTER_SMS[s] * cfg.resident, shape.k // (s * cfg.bk)):
                 est = estimate_us(shape, cfg.bm, cfg.bn, splits=s * g, cluster=s, fixup_share=0.0,
                                   resident=cfg.resident) * loop_cost
                 ws = cfg.with_splits(s, g).workspace_bytes(shape) * 2 / DRAM_BYTES_PER_US  # written, read back
                 by_split.setdefault((s, g), []).append(
                     (est + CLUSTERK_REDUCE_US * (s - 1) ** 0.5 + CLUSTERK_GROUP_US + ws, cfg.with_splits(s, g)))
-                g *= 2
     return _firsts_then_seconds(list(by_split.values()), top)
+
+
+def _group_counts(blocks: int, wave: int, most: int) -> list[int]:
+    """Clusters per tile (>= 2) for a launch of `blocks` per group: the powers of two whose blocks fit one
+    `wave`, and the count that fills the wave (the K slices need not be even), at most `most` (each slice of K
+    at least one step)."""
+    fill = min(wave // blocks, most, CLUSTERK_MAX_GROUPS)
+    counts = [1 << i for i in range(1, fill.bit_length()) if 1 << i <= fill]
+    return counts + [fill] if fill >= 2 and fill not in counts else counts
 
 
 def tiled_candidates(shape: Shape, top: int = 24) -> list[TiledConfig]:

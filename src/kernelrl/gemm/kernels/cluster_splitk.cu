@@ -711,19 +711,26 @@ struct Config {
     if (splits < 1 || splits > 16 || (splits & (splits - 1))) return 2;  // a power of two up to 16
     if (tiles(m, n) > 65535) return 3;
     if (groups < 1 || groups > 1024 || (groups > 1 && !KR_PUSH)) return 5;  // the pulled reduction has no groups
+    const int clusters = max_clusters(splits, groups);
+    return clusters < 0 ? 100 - clusters : clusters > 0 ? 0 : 4;
+  }
+
+  // How many clusters of `splits` blocks the current device holds at once (its cluster placement: a cluster
+  // stays within one GPC), or -cudaError.
+  static int max_clusters(int splits, int groups) {
     cudaError_t err = prepare();
-    if (err != cudaSuccess) return 100 + static_cast<int>(err);
+    if (err != cudaSuccess) return -static_cast<int>(err);
     cudaLaunchConfig_t cfg;
     cudaLaunchAttribute attr[1];
-    launch_config(cfg, attr, m, n, splits, groups, nullptr);
+    launch_config(cfg, attr, 1, 1, splits, groups, nullptr);
     int clusters = 0;
     err = groups > 1 ? cudaOccupancyMaxActiveClusters(&clusters, kernel<true>, &cfg)
                      : cudaOccupancyMaxActiveClusters(&clusters, kernel<false>, &cfg);
     if (err != cudaSuccess) {
       cudaGetLastError();
-      return 100 + static_cast<int>(err);
+      return -static_cast<int>(err);
     }
-    return clusters > 0 ? 0 : 4;
+    return clusters;
   }
 
   static int run(const void* a, const void* b, void* c, int m, int n, int k, int splits, int groups, void* ws,
@@ -762,6 +769,11 @@ extern "C" {
 int KR_FN(_can_implement)(int m, int n, int k, int splits, int groups, int bf16) {
   return bf16 ? Config<__nv_bfloat16>::can_implement(m, n, k, splits, groups)
               : Config<__half>::can_implement(m, n, k, splits, groups);
+}
+
+// Clusters of `splits` blocks (one output tile's K) that the current device holds at once, or -cudaError.
+int KR_FN(_max_clusters)(int splits, int groups, int bf16) {
+  return bf16 ? Config<__nv_bfloat16>::max_clusters(splits, groups) : Config<__half>::max_clusters(splits, groups);
 }
 
 void KR_FN(_workspace)(int m, int n, int splits, int groups, long long* floats, long long* counters) {
