@@ -16,11 +16,11 @@ from kernelrl.gemm.cli import app
 from kernelrl.gemm.dispatch import Dispatcher, matmul
 from kernelrl.gemm.report import markdown, read_rows, summarise, write_report
 from kernelrl.gemm.shapes import GRID_SIZES, Shape, grid, read_shapes
-from kernelrl.gemm.space import (CLUSTERK_CLUSTER_SMS, CLUSTERK_TILES, CUTLASS_CONFIGS, SMEM_BYTES,
-                                 SPLITK_MAX_OUTPUT, SPLITK_TILES, TILED_CONFIGS, TILED_SEARCH_MAX_EST_US,
-                                 TRITON_CONFIGS, ClusterKConfig, CutlassVariant, SplitKConfig, TiledConfig,
-                                 TritonConfig, clusterk_candidates, clusterk_grouped_candidates, cutlass_candidates, estimate_us, roofline_us, splitk_candidates, tiled_candidates,
-                                 triton_candidates)
+from kernelrl.gemm.space import (CLUSTERK_TILES, CUTLASS_CONFIGS, SMEM_BYTES, SPLITK_MAX_OUTPUT, SPLITK_TILES,
+                                 TILED_CONFIGS, TILED_SEARCH_MAX_EST_US, TRITON_CONFIGS, ClusterKConfig,
+                                 CutlassVariant, SplitKConfig, TiledConfig, TritonConfig, cluster_wave_blocks,
+                                 clusterk_candidates, clusterk_grouped_candidates, cutlass_candidates, estimate_us,
+                                 roofline_us, splitk_candidates, tiled_candidates, triton_candidates)
 from kernelrl.gemm.table import Entry, Table, from_records, read_records
 from kernelrl.gemm.tune import done_keys, plain_results
 
@@ -231,7 +231,7 @@ def test_groups_of_clusters_are_searched_where_one_cluster_per_tile_leaves_sms_i
     cands = clusterk_grouped_candidates(one_tile, 10)
     assert len(cands) == 10 and all(c.groups >= 2 and c.wgmma for c in cands)
     for c in cands:
-        assert c.splits * c.groups <= CLUSTERK_CLUSTER_SMS[c.splits] * c.resident  # one wave of blocks
+        assert c.splits * c.groups <= cluster_wave_blocks(c.splits, c.resident)  # one wave of blocks
         assert 16384 >= c.splits * c.groups * c.bk  # every slice of K gets a K step
     # every (cluster size, groups) pair's best tile before any pair's second: 10 distinct pairs here
     assert len({(c.splits, c.groups) for c in cands}) == 10

@@ -9,7 +9,7 @@ pytestmark = pytest.mark.gpu
 
 from kernelrl.gemm import check as chk  # noqa: E402
 from kernelrl.gemm.registry import make_launcher  # noqa: E402
-from kernelrl.gemm.space import CLUSTERK_CLUSTER_SMS, CLUSTERK_TILES  # noqa: E402
+from kernelrl.gemm.space import CLUSTERK_TILES, cluster_wave_blocks  # noqa: E402
 from gemm_gpu_checks import captured, on_two_streams, replays_correctly  # noqa: E402
 
 hopper = pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0),
@@ -112,7 +112,7 @@ def test_problems_the_kernel_cannot_run_are_refused_when_the_launcher_is_made():
 
 @hopper
 def test_the_search_knows_how_many_sms_each_cluster_size_fills():
-    # the cost model's CLUSTERK_CLUSTER_SMS against CUDA's occupancy calculator for every compiled tile: a
+    # the cost model's blocks per wave of clusters against CUDA's occupancy calculator for every compiled tile: a
     # launch of more blocks than this runs a second wave
     from kernelrl.gemm.clusterk import max_active_clusters
 
@@ -120,5 +120,5 @@ def test_the_search_knows_how_many_sms_each_cluster_size_fills():
         for s in SPLITS:
             for groups in (1, 2):
                 cfg = tile.with_splits(s, groups)
-                assert max_active_clusters(cfg) * s == CLUSTERK_CLUSTER_SMS[s] * tile.resident, cfg.name
+                assert max_active_clusters(cfg) * s == cluster_wave_blocks(s, tile.resident), cfg.name
                 assert max_active_clusters(cfg, torch.bfloat16) == max_active_clusters(cfg), cfg.name

@@ -357,13 +357,20 @@ CLUSTERK_TILES: tuple[ClusterKConfig, ...] = (
 CLUSTERK_LOOP_COST = {"mma": 1.0, "wg": 0.56, "tma": 0.37}
 CLUSTERK_MAX_SPLITS = 16  # the largest (non-portable) cluster Hopper places
 CLUSTERK_MAX_GROUPS = 1024  # clusters sharing one output tile's K (the kernel's own limit)
-# SMs that clusters of each size fill at once on the H200, one block per SM: a cluster stays within one GPC, so
-# the SMs of a GPC beyond a multiple of the cluster size stay idle. CUDA's occupancy calculator
-# (cudaOccupancyMaxActiveClusters, which Nsight Compute reports too) gives 66 clusters of 2, 30 of 4 and 15 of 8
-# (benchmarks/results/gemm_runs/ncu_clusterk_skinny/); a launch of more blocks runs a second wave. Blocks that
-# share an SM two at a time fill twice as many. Checked on the GPU against the built kernels
-# (tests/test_gemm_clusterk_gpu.py).
-CLUSTERK_CLUSTER_SMS = {1: NUM_SMS, 2: 132, 4: 120, 8: 120, 16: 112}
+# Blocks that clusters of each size run at once on the H200, by (cluster size, blocks per SM): a cluster stays
+# within one GPC, so the SMs of a GPC beyond a multiple of the cluster size stay idle. From CUDA's occupancy
+# calculator (cudaOccupancyMaxActiveClusters, which Nsight Compute reports too) for every compiled tile: 66
+# clusters of 2, 30 of 4, 15 of 8 and 7 of 16 with one block per SM; 132, 62, 30 and 14 with two
+# (benchmarks/results/gemm_runs/cluster_capacity.txt). A launch of more blocks runs a second wave. Checked
+# on the GPU against the built kernels (tests/test_gemm_clusterk_gpu.py).
+CLUSTER_WAVE_BLOCKS = {(2, 1): 132, (4, 1): 120, (8, 1): 120, (16, 1): 112,
+                       (2, 2): 264, (4, 2): 248, (8, 2): 240, (16, 2): 224}
+
+
+def cluster_wave_blocks(cluster: int, resident: int = 1) -> int:
+    """Blocks of clusters of `cluster` blocks that the GPU runs at once, `resident` blocks per SM (measured
+    where CLUSTER_WAVE_BLOCKS has it; else whole clusters on every SM)."""
+    return CLUSTER_WAVE_BLOCKS.get((cluster, resident), (NUM_SMS - NUM_SMS % cluster) * resident)
 # Cost model of several clusters per tile: one round trip through the global workspace (the stores, the
 # count, the last block's loads).
 CLUSTERK_GROUP_US = 0.6
@@ -425,7 +432,7 @@ def estimate_us(shape: Shape, bm: int, bn: int, splits: int = 1, streamk: bool =
     else:
         work_units = tiles * splits
         # clusters place whole within one GPC: fewer SMs hold blocks at once than the GPU has
-        slots = CLUSTERK_CLUSTER_SMS.get(cluster, NUM_SMS - NUM_SMS % cluster) * resident
+        slots = cluster_wave_blocks(cluster, resident)
         waves = math.ceil(work_units / slots)
         compute = waves * resident * (bm * bn * (shape.k / splits) * 2) / per_sm
         fixup = fixup_share * (splits - 1) * shape.m * shape.n * 4 * 2 / DRAM_BYTES_PER_US
@@ -547,7 +554,7 @@ def _clusterk_tiles(shape: Shape, main_loops=("mma", "wg", "tma")):
 def clusterk_grouped_candidates(shape: Shape, top: int = 8) -> list[ClusterKConfig]:
     """Up to `top` cluster split-K configurations (wgmma main loops) with `groups` >= 2 clusters per output
     tile, for shapes where one cluster per tile leaves SMs idle: every (cluster size, groups) whose blocks fit
-    one wave of the SMs that clusters of that size can hold (CLUSTERK_CLUSTER_SMS; powers of two, and the count
+    one wave of clusters of that size (cluster_wave_blocks; powers of two, and the count
     that fills the wave) and whose slices of K are at least one K step, ranked by the cost model plus one round
     trip through the workspace; the best tile of each (cluster size, groups) first, then the second best of
     each (the model ranks tiles better than it ranks the split between cluster size and groups). Empty where
@@ -556,8 +563,8 @@ def clusterk_grouped_candidates(shape: Shape, top: int = 8) -> list[ClusterKConf
         return []
     by_split: dict[tuple[int, int], list[tuple[float, ClusterKConfig]]] = {}
     for cfg, tiles, loop_cost in _clusterk_tiles(shape, ("wg", "tma")):
-        for s in (size for size in CLUSTERK_CLUSTER_SMS if size > 1):
-            for g in _group_counts(tiles * s, CLUSTERK_CLUSTER_SMS[s] * cfg.resident, shape.k // (s * cfg.bk)):
+        for s in (2, 4, 8, 16):
+            for g in _group_counts(tiles * s, cluster_wave_blocks(s, cfg.resident), shape.k // (s * cfg.bk)):
                 est = estimate_us(shape, cfg.bm, cfg.bn, splits=s * g, cluster=s, fixup_share=0.0,
                                   resident=cfg.resident) * loop_cost
                 ws = cfg.with_splits(s, g).workspace_bytes(shape) * 2 / DRAM_BYTES_PER_US  # written, read back
