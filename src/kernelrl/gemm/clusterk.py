@@ -38,9 +38,9 @@ def _fns(lib: ctypes.CDLL, symbol: str):
 
 
 def max_active_clusters(cfg: ClusterKConfig, dtype=torch.float16) -> int:
-    """How many clusters of `cfg.splits` blocks of this configuration the current GPU runs at once (CUDA's
-    occupancy calculator: one block per SM where the shared memory allows one, and a cluster stays within one
-    GPC, so some SMs of each GPC stay idle for sizes that do not divide the GPC)."""
+    """How many clusters of `cfg.splits` blocks of this configuration the current GPU runs at once, by CUDA's
+    occupancy calculator: as many blocks per SM as the shared memory allows, and each cluster within one GPC
+    (so a GPC whose SMs are not a multiple of the cluster size leaves some idle)."""
     most = _fns(clusterk_lib(), cfg.symbol)[3]
     clusters = most(cfg.splits, cfg.groups, int(dtype == torch.bfloat16))
     if clusters < 0:
