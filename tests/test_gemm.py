@@ -259,7 +259,7 @@ def test_groups_that_fill_the_wave_are_searched_besides_powers_of_two():
 
 def test_the_cost_model_places_clusters_within_gpcs():
     # 32 output tiles split 4 ways: 128 blocks fit the 132 SMs, but clusters of 4 hold 120 (30 clusters)
-    from kernelrl.gemm.space import LAUNCH_US, estimate_us
+    from kernelrl.gemm.space import LAUNCH_US
 
     shape = Shape(512, 256, 16384)
     plain = estimate_us(shape, 64, 64, splits=4, fixup_share=0.0) - LAUNCH_US

@@ -112,8 +112,8 @@ def test_problems_the_kernel_cannot_run_are_refused_when_the_launcher_is_made():
 
 @hopper
 def test_the_search_knows_how_many_sms_each_cluster_size_fills():
-    # the cost model's blocks per wave of clusters against CUDA's occupancy calculator for every compiled tile: a
-    # launch of more blocks than this runs a second wave
+    # the cost model's blocks per wave of clusters against CUDA's occupancy calculator, for every compiled
+    # tile: a launch of more blocks than this runs a second wave
     from kernelrl.gemm.clusterk import max_active_clusters
 
     for tile in CLUSTERK_TILES:

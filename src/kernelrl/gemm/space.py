@@ -371,6 +371,8 @@ def cluster_wave_blocks(cluster: int, resident: int = 1) -> int:
     """Blocks of clusters of `cluster` blocks that the GPU runs at once, `resident` blocks per SM (measured
     where CLUSTER_WAVE_BLOCKS has it; else whole clusters on every SM)."""
     return CLUSTER_WAVE_BLOCKS.get((cluster, resident), (NUM_SMS - NUM_SMS % cluster) * resident)
+
+
 # Cost model of several clusters per tile: one round trip through the global workspace (the stores, the
 # count, the last block's loads).
 CLUSTERK_GROUP_US = 0.6
@@ -554,11 +556,11 @@ def _clusterk_tiles(shape: Shape, main_loops=("mma", "wg", "tma")):
 def clusterk_grouped_candidates(shape: Shape, top: int = 8) -> list[ClusterKConfig]:
     """Up to `top` cluster split-K configurations (wgmma main loops) with `groups` >= 2 clusters per output
     tile, for shapes where one cluster per tile leaves SMs idle: every (cluster size, groups) whose blocks fit
-    one wave of clusters of that size (cluster_wave_blocks; powers of two, and the count
-    that fills the wave) and whose slices of K are at least one K step, ranked by the cost model plus one round
-    trip through the workspace; the best tile of each (cluster size, groups) first, then the second best of
-    each (the model ranks tiles better than it ranks the split between cluster size and groups). Empty where
-    the plain candidates are (few tiles, deep K only)."""
+    one wave of clusters of that size (`cluster_wave_blocks`; powers of two, and the count that fills the wave)
+    and whose slices of K are at least one K step, ranked by the cost model plus one round trip through the
+    workspace; the best tile of each (cluster size, groups) first, then the second best of each (the model
+    ranks tiles better than it ranks the split between cluster size and groups). Empty where the plain
+    candidates are (few tiles, deep K only)."""
     if top <= 0 or not _clusterk_searched(shape):
         return []
     by_split: dict[tuple[int, int], list[tuple[float, ClusterKConfig]]] = {}
