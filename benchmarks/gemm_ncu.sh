@@ -7,7 +7,8 @@
 set -uo pipefail
 plan=$1; out=$2; shift 2
 sections=("$@")
-[ ${#sections[@]} -eq 0 ] && sections=(SpeedOfLight MemoryWorkloadAnalysis WarpStateStats LaunchStats Occupancy SchedulerStats)
+[ ${#sections[@]} -eq 0 ] && sections=(SpeedOfLight MemoryWorkloadAnalysis WarpStateStats LaunchStats Occupancy
+                                       SchedulerStats)
 args=(--clock-control none --cache-control all)
 for s in "${sections[@]}"; do args+=(--section "$s"); done
 mkdir -p "$out"
@@ -17,5 +18,6 @@ grep -v '^\s*\(#\|$\)' "$plan" | while read -r shape kernels; do
   timeout 240 ncu "${args[@]}" python3 benchmarks/gemm_profile.py --shape "$shape" --kernels $kernels --launches 1 \
     > "$out/ncu_$shape.txt" 2>&1
   echo "exit $?"
-  grep -E '^\s+(void |[a-z_]+[<(])|Duration|DRAM Throughput|Cluster Size|Registers Per|Dynamic Shared' "$out/ncu_$shape.txt" | head -80
+  grep -E '^\s+(void |[a-z_]+[<(])|Duration|DRAM Throughput|Cluster Size|Registers Per|Dynamic Shared' \
+    "$out/ncu_$shape.txt" | head -80
 done

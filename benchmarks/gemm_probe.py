@@ -309,7 +309,8 @@ def part_clusterk(res: dict, deadline: float, labels: list[str] | None = None) -
         entry["us"] = t
         out.append(entry)
         best = sorted((v, lab) for lab, v in t.items() if "/c" in lab)[:4]
-        log(f"clusterk {m}x{n}x{k}: torch {t['torch']:.2f} tiled {min(v for l_, v in t.items() if l_.startswith('tiled')):.2f} "
+        tiled = min(v for lab, v in t.items() if lab.startswith("tiled"))
+        log(f"clusterk {m}x{n}x{k}: torch {t['torch']:.2f} tiled {tiled:.2f} "
             f"best {', '.join(f'{lab} {v:.2f}' for v, lab in best)}; failed {len(entry['failed'])}")
 
 
@@ -324,9 +325,10 @@ AB_CASES = [
 
 
 def build_ab(rev: str):
-    """(library, {variant: (symbol, configuration)}) of AB_CASES' configurations compiled from kernels/cluster_splitk.cu as it was
-    at git revision `rev`, under their own symbols, into .kernelrl-cache/probe_ab (the old source is written
-    there too, so a device without git history or CUTLASS headers links the carried objects)."""
+    """(library, {variant: (symbol, configuration)}) of AB_CASES' configurations compiled from
+    kernels/cluster_splitk.cu as it was at git revision `rev`, under their own symbols, into
+    .kernelrl-cache/probe_ab (the old source is written there too, so a device without git history or CUTLASS
+    headers links the carried objects)."""
     import ctypes
     import subprocess
 

@@ -10,6 +10,7 @@ Run on the GPU machine from the repository root (results under $OUT):
 """
 from __future__ import annotations
 
+import functools
 import os
 import random
 import subprocess
@@ -23,19 +24,18 @@ SHAPES = [(256, 4096, 2048), (4096, 256, 2048), (256, 8192, 128), (256, 1024, 12
 PLACEMENT_SHAPES = [(256, 4096, 2048), (256, 1024, 12288), (12288, 64, 16384), (4096, 256, 2048)]
 
 
-def tuned(m: int, n: int, k: int) -> tuple[dict, str]:
-    """The committed fp16 tuning record of a shape and the kernel it chose (before any demotion)."""
+@functools.cache
+def _records() -> dict:
     from kernelrl.gemm.table import read_records
 
-    global _RECORDS
-    if _RECORDS is None:
-        _RECORDS = {(r["m"], r["n"], r["k"], r["dtype"]): r
-                    for r in read_records(ROOT / "benchmarks" / "results" / "gemm_tune_h200.jsonl.gz")}
-    rec = _RECORDS[(m, n, k, "fp16")]
+    return {(r["m"], r["n"], r["k"], r["dtype"]): r
+            for r in read_records(ROOT / "benchmarks" / "results" / "gemm_tune_h200.jsonl.gz")}
+
+
+def tuned(m: int, n: int, k: int) -> tuple[dict, str]:
+    """The committed fp16 tuning record of a shape and the kernel it chose (before any demotion)."""
+    rec = _records()[(m, n, k, "fp16")]
     return rec, rec.get("demoted", {}).get("kernel") or rec["best"]
-
-
-_RECORDS: dict | None = None
 
 
 def clocks() -> str:

@@ -100,11 +100,9 @@ def candidates(s: Shape, dtype: torch.dtype, opt: TuneOptions, stats: dict | Non
     except (OSError, FileNotFoundError, RuntimeError) as e:
         print(f"cuBLASLt family unavailable for {s}: {e}")
     names += [c.name for c in triton_candidates(s, opt.triton_top)]
-    names += [c.name for c in splitk_candidates(s, opt.splitk_top)]
-    names += [c.name for c in tiled_candidates(s, opt.tiled_top)]
-    names += [c.name for c in clusterk_candidates(s, opt.clusterk_top, opt.clusterk_grouped_top)]
-    if dtype == torch.float16:
-        names += [v.name for v in cutlass_candidates(s, opt.cutlass_top)]
+    dtype_name = next(name for name, dt in DTYPE_NAMES.items() if dt == dtype)
+    for family_names in FAMILY_CANDIDATES.values():
+        names += family_names(s, dtype_name, opt)
     seen, out = set(), []
     for n in names:
         if n not in seen:
@@ -249,8 +247,9 @@ def _runners_up(record: dict, n: int) -> list[str]:
 FAMILY_CANDIDATES = {
     "splitk": lambda s, dtype, opt: [c.name for c in splitk_candidates(s, opt.splitk_top)],
     "tiled": lambda s, dtype, opt: [c.name for c in tiled_candidates(s, opt.tiled_top)],
-    "clusterk": lambda s, dtype, opt: [c.name for c in clusterk_candidates(s, opt.clusterk_top, opt.clusterk_grouped_top)],
-    # the CUTLASS library is built for fp16 only (as `candidates` searches it)
+    "clusterk": lambda s, dtype, opt: [c.name for c in clusterk_candidates(s, opt.clusterk_top,
+                                                                          opt.clusterk_grouped_top)],
+    # the CUTLASS library is built for fp16 only
     "cutlass": lambda s, dtype, opt: ([v.name for v in cutlass_candidates(s, opt.cutlass_top)]
                                       if dtype == "fp16" else []),
 }
