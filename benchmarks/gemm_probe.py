@@ -14,8 +14,13 @@ clusterk: variants of the cluster split-K kernel (kernels/cluster_splitk.cu: pip
 clusterk_ab: the cluster split-K kernels of the current source against the same configurations built from the
         source at an earlier revision (`--ab-rev`, built here), on shapes they win in the committed table,
         checked, then timed interleaved with torch.matmul (and, where given, a configuration with groups).
+smallk: on the shapes with a K of at most `--smallk-max-k` (the output write dominates), the tiled kernel and
+        two non-persistent tensor-map variants of it in large tiles, and the persistent TMA family, checked,
+        then timed interleaved with torch.matmul, its control and the committed dispatch.
+host:   host time of one eager call, torch.matmul against the dispatch on each family's smallest shape, and
+        of the pieces of the dispatch's hot path.
 
-    python3 benchmarks/gemm_probe.py [--parts floor,tiled,noise,clusterk,clusterk_ab] [--deadline S]
+    python3 benchmarks/gemm_probe.py [--parts floor,tiled,noise,clusterk,clusterk_ab,smallk,host] [--deadline S]
     python3 benchmarks/gemm_probe.py --summarise benchmarks/results/gemm_runs/probe_floor_tiled_noise.json
 """
 from __future__ import annotations
@@ -166,6 +171,214 @@ def part_tiled(res: dict, max_us: float, deadline: float) -> None:
         best = min((v, lab) for lab, v in t.items() if lab.startswith("tiled"))
         log(f"tiled {m}x{n}x{k}: torch {t['torch']:.2f} control {t['torch_control']:.2f} "
             f"kernelrl {t['kernelrl']:.2f} best tiled {best[0]:.2f} ({best[1]})")
+
+
+SMALLK = [  # (bm, bn, bk, warps, stages) for products whose K is at most 256: the output write dominates
+    (64, 64, 64, 4, 2), (128, 64, 64, 4, 2), (64, 128, 64, 4, 2), (128, 128, 64, 4, 2), (128, 128, 64, 8, 2),
+    (64, 256, 64, 4, 2), (128, 256, 64, 8, 2), (256, 128, 64, 8, 2), (128, 128, 128, 8, 2),
+]
+
+
+def smallk_kernels():
+    """Two non-persistent variants of the tiled kernel (one program per output tile, several per SM):
+    operands through tensor maps and C through a tensor-map store (`io`), or pointer loads and a tensor-map
+    store (`store`)."""
+    import triton
+    import triton.language as tl
+
+    from kernelrl.gemm.kernels.triton_tma import tile_coords
+
+    @triton.jit
+    def smallk_io(a_desc, b_desc, c_desc, M, N, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
+                  GROUP_M: tl.constexpr):
+        pid = tl.program_id(axis=0)
+        num_pid_m = tl.cdiv(M, BM)
+        num_pid_n = tl.cdiv(N, BN)
+        pid_m, pid_n = tile_coords(pid, GROUP_M * num_pid_n, num_pid_m, GROUP_M)
+        acc = tl.zeros((BM, BN), dtype=tl.float32)
+        for ki in range(tl.cdiv(K, BK)):
+            a = a_desc.load([pid_m * BM, ki * BK])
+            b = b_desc.load([ki * BK, pid_n * BN])
+            acc = tl.dot(a, b, acc)
+        c_desc.store([pid_m * BM, pid_n * BN], acc.to(c_desc.dtype))
+
+    @triton.jit
+    def smallk_store(a_ptr, b_ptr, c_desc, M, N, K, stride_am, stride_bk, BM: tl.constexpr, BN: tl.constexpr,
+                     BK: tl.constexpr, GROUP_M: tl.constexpr):
+        pid = tl.program_id(axis=0)
+        num_pid_m = tl.cdiv(M, BM)
+        num_pid_n = tl.cdiv(N, BN)
+        pid_m, pid_n = tile_coords(pid, GROUP_M * num_pid_n, num_pid_m, GROUP_M)
+        rm = pid_m * BM + tl.arange(0, BM)
+        rn = pid_n * BN + tl.arange(0, BN)
+        ram = tl.max_contiguous(tl.multiple_of(rm % M, BM), BM)
+        rbn = tl.max_contiguous(tl.multiple_of(rn % N, BN), BN)
+        rk = tl.arange(0, BK)
+        a_ptrs = a_ptr + ram[:, None] * stride_am + rk[None, :]
+        b_ptrs = b_ptr + rk[:, None] * stride_bk + rbn[None, :]
+        acc = tl.zeros((BM, BN), dtype=tl.float32)
+        for ki in range(tl.cdiv(K, BK)):
+            acc = tl.dot(tl.load(a_ptrs), tl.load(b_ptrs), acc)
+            a_ptrs += BK
+            b_ptrs += BK * stride_bk
+        c_desc.store([pid_m * BM, pid_n * BN], acc.to(c_desc.dtype))
+
+    return smallk_io, smallk_store
+
+
+def smallk_launcher(kind: str, kern, cfg, m: int, n: int, k: int):
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    bm, bn, bk, warps, stages = cfg
+    grid = (-(-m // bm) * -(-n // bn),)
+    meta = dict(BM=bm, BN=bn, BK=bk, GROUP_M=8, num_warps=warps, num_stages=stages)
+
+    def run(a, b, c):
+        dc = TensorDescriptor.from_tensor(c, [bm, bn])
+        if kind == "io":
+            kern[grid](TensorDescriptor.from_tensor(a, [bm, bk]), TensorDescriptor.from_tensor(b, [bk, bn]), dc,
+                       m, n, k, **meta)
+        else:
+            kern[grid](a, b, dc, m, n, k, a.stride(0), b.stride(0), **meta)
+
+    return run
+
+
+def smallk_shapes(min_us: float, max_k: int) -> list[tuple[int, int, int]]:
+    with (ROOT / "benchmarks" / "results" / "gemm_h200.csv").open() as f:
+        rows = [r for r in csv.DictReader(f)
+                if r["dtype"] == "fp16" and int(r["k"]) <= max_k and float(r["torch_us"]) >= min_us]
+    rows.sort(key=lambda r: float(r["torch_us"]))
+    return [(int(r["m"]), int(r["n"]), int(r["k"])) for r in rows]
+
+
+def part_smallk(res: dict, deadline: float, min_us: float, max_k: int) -> None:
+    """On the shapes with K <= max_k and torch.matmul at min_us or more: the tiled kernel and its two tensor-map
+    variants in the SMALLK tiles, the persistent TMA family's tiles, torch.matmul, its control and the
+    committed dispatch, each checked, then timed interleaved."""
+    import torch
+
+    from kernelrl.gemm import check as chk
+    from kernelrl.gemm import timing as tm
+    from kernelrl.gemm.dispatch import Dispatcher
+    from kernelrl.gemm.registry import make_launcher
+    from kernelrl.gemm.space import TRITON_CONFIGS
+    from kernelrl.gemm.table import DEFAULT_TABLE, Table
+
+    import triton
+
+    triton.set_allocator(lambda size, align, stream: torch.empty(size, dtype=torch.int8, device="cuda"))
+    io, store = smallk_kernels()
+    disp = Dispatcher(Table.load(DEFAULT_TABLE))
+    rng = random.Random(11)
+    out = res.setdefault("smallk", [])
+    shapes = smallk_shapes(min_us, max_k)
+    log(f"smallk: {len(shapes)} shapes")
+    for m, n, k in shapes:
+        if time.perf_counter() - T0 > deadline:
+            log(f"smallk: deadline, {len(shapes) - len(out)} shapes left")
+            break
+        a, b = chk.random_inputs(m, n, k)
+        ref = chk.reference(a, b)
+        entry = {"m": m, "n": n, "k": k, "kernel": disp.kernel_for(m, n, k, torch.float16), "configs": {}}
+        fns = {"torch": (torch.matmul, False), "torch_control": (torch.matmul, False), "kernelrl": (disp, False)}
+        disp(a, b)
+        cands = {}
+        for cfg in SMALLK:
+            bm, bn, bk = cfg[:3]
+            if bm > max(64, m) or bn > max(64, n) or bk > k:
+                continue
+            tag = "{}x{}x{}_s{}_w{}".format(bm, bn, bk, cfg[4], cfg[3])
+            cands[f"tiled:{tag}"] = lambda cfg=cfg: tiled_launcher(cfg, m, n, k)
+            cands[f"smallk_io:{tag}"] = lambda cfg=cfg: smallk_launcher("io", io, cfg, m, n, k)
+            cands[f"smallk_store:{tag}"] = lambda cfg=cfg: smallk_launcher("store", store, cfg, m, n, k)
+        for tc in TRITON_CONFIGS:
+            if tc.bm <= max(64, m) and tc.bn <= max(64, n) and tc.bk <= k:
+                cands[tc.name] = lambda tc=tc: make_launcher(tc.name, m, n, k)
+        for name, make in cands.items():
+            try:
+                f = make()
+                c = chk.check(f, a, b, ref)
+            except Exception as e:  # a compile failure is a result too
+                entry["configs"][name] = {"error": f"{type(e).__name__}: {str(e)[:200]}"}
+                continue
+            entry["configs"][name] = {"rel_err": c.rel_err, "ok": c.ok}
+            if c.ok:
+                fns[name] = (f, True)
+        del ref, a, b
+        inp = tm.Inputs(m, n, k)
+        per_round: dict = {}
+        t = tm.time_graphs(fns, inp, tm.calls_for(float(max(5.0, m * n * 2 / 3.0e6))), 15, rng, per_round)
+        entry["us"] = t
+        entry["paired_vs_torch"] = {lab: tm.paired_ratio_ci(per_round["torch"], v)[0]
+                                    for lab, v in per_round.items()}
+        out.append(entry)
+        best = min((v, lab) for lab, v in t.items() if lab not in ("torch", "torch_control", "kernelrl"))
+        log(f"smallk {m}x{n}x{k}: torch {t['torch']:.2f} control {t['torch_control']:.2f} "
+            f"kernelrl {t['kernelrl']:.2f} ({entry['kernel'][:40]}) best new {best[0]:.2f} ({best[1]}) "
+            f"paired {entry['paired_vs_torch'][best[1]]:.3f}")
+        del inp
+
+
+def part_host(res: dict) -> None:
+    """Host time of the pieces of one eager call (us per call, the best of 7 rounds of 2000 calls, the rounds
+    interleaved across what is timed): torch.matmul, the dispatch on each family's smallest tuned shape, and
+    what the dispatch's hot path does on the way (key, checks, allocation, stream query, the launcher alone)."""
+    import torch
+
+    from kernelrl.gemm import dispatch
+    from kernelrl.gemm.registry import family
+
+    disp = dispatch.default_dispatcher()
+    picks: dict[str, tuple] = {}
+    for (m, n, k, dt), name in sorted(disp._names.items(), key=lambda kv: kv[0][0] * kv[0][1] * kv[0][2]):
+        if dt == "fp16" and family(name) not in picks:  # each family's smallest product: the host dominates
+            picks[family(name)] = (m, n, k, name)
+    picks["torch"] = (1000, 1000, 1000, "torch")  # not in the grid: the fallback
+    out = res.setdefault("host", {})
+
+    def best(fns: dict, number: int = 2000, rounds: int = 7) -> dict[str, float]:
+        """Each function's best round, rounds interleaved across the functions."""
+        for fn in fns.values():
+            fn()
+        torch.cuda.synchronize()
+        ts: dict[str, list[float]] = {lab: [] for lab in fns}
+        for _ in range(rounds):
+            for lab, fn in fns.items():
+                t0 = time.perf_counter()
+                for _ in range(number):
+                    fn()
+                ts[lab].append((time.perf_counter() - t0) / number * 1e6)
+                torch.cuda.synchronize()
+        return {lab: min(v) for lab, v in ts.items()}
+
+    for fam, (m, n, k, name) in picks.items():
+        a = torch.randn(m, k, device="cuda", dtype=torch.float16)
+        b = torch.randn(k, n, device="cuda", dtype=torch.float16)
+        fns = {"torch.matmul": lambda: torch.matmul(a, b), "kernelrl.gemm.matmul": lambda: dispatch.matmul(a, b),
+               "Dispatcher.__call__": lambda: disp(a, b)}
+        disp(a, b)
+        hit = disp._fast.get((a.shape, b.shape, a.dtype, b.dtype, a.device, b.device))
+        if hit is not None and hit is not dispatch._TORCH:
+            fn, c = hit[0], a.new_empty((m, n))
+            fns["launcher alone"] = lambda: fn(a, b, c)
+        row = {"shape": f"{m}x{n}x{k}", "kernel": name, **best(fns)}
+        out[fam] = row
+        log(f"host {fam} {m}x{n}x{k}: " + ", ".join(f"{lab} {v:.2f}" for lab, v in row.items()
+                                                     if isinstance(v, float)))
+    a = torch.randn(64, 64, device="cuda", dtype=torch.float16)
+    pieces = {
+        "key": lambda: (a.shape, a.shape, a.dtype, a.dtype, a.device, a.device),
+        "a.device": lambda: a.device, "a.get_device()": lambda: a.get_device(), "a.shape": lambda: a.shape,
+        "a.is_contiguous()": lambda: a.is_contiguous(), "a.data_ptr()": lambda: a.data_ptr(),
+        "a.new_empty((m, n))": lambda: a.new_empty((64, 64)), "a.new_empty(m, n)": lambda: a.new_empty(64, 64),
+        "torch.empty": lambda: torch.empty((64, 64), dtype=torch.float16, device=a.device),
+        "raw stream": lambda: torch._C._cuda_getCurrentRawStream(0),
+        "is_compiling": lambda: torch.compiler.is_compiling(),
+        "is_grad_enabled": lambda: torch.is_grad_enabled(),
+    }
+    out["pieces"] = best(pieces, 20000)
+    log("host pieces: " + ", ".join(f"{lab} {v:.3f}" for lab, v in out["pieces"].items()))
 
 
 def part_noise(res: dict, deadline: float) -> None:
@@ -434,6 +647,22 @@ def summarise(res: dict) -> list[str]:
         wins = [s for s, g in gain.items() if g > 1.01]
         lines.append(f"tiled: best configuration > 1.01x torch.matmul on {len(wins)} of {len(gain)} shapes; "
                      f"largest roofline estimate among them {max(roofline_us(Shape(*s)) for s in wins):.2f} us")
+    smallk = res.get("smallk", [])
+    if smallk:
+        logs = []
+        for e in smallk:
+            new = {lab: v for lab, v in e["paired_vs_torch"].items() if lab not in ("torch", "torch_control", "kernelrl")}
+            lab = max(new, key=new.get)
+            logs.append((math.log(new[lab]), math.log(e["paired_vs_torch"]["kernelrl"]), lab))
+        fams: dict[str, int] = {}
+        for _, _, lab in logs:
+            fams[lab.split(":")[0]] = fams.get(lab.split(":")[0], 0) + 1
+        better = sum(1 for b, d, _ in logs if b > d + math.log(1.01))
+        lines.append(f"smallk: {len(logs)} shapes; geomean vs torch.matmul of the best new candidate "
+                     f"{math.exp(sum(b for b, _, _ in logs) / len(logs)):.3f}, of the committed dispatch "
+                     f"{math.exp(sum(d for _, d, _ in logs) / len(logs)):.3f}, of the better of the two "
+                     f"{math.exp(sum(max(b, d) for b, d, _ in logs) / len(logs)):.3f}; the new one ahead by > 1% on "
+                     f"{better}; best new by family {fams}")
     stats: dict[str, list[float]] = {"median of each label": [], "median of paired ratios": []}
     for e in res.get("noise", []):
         base = e["samples"]["cap0"]
@@ -484,6 +713,9 @@ def main() -> None:
     ap.add_argument("--ab-rev", default="ddc773c", help="the earlier revision part clusterk_ab builds from")
     ap.add_argument("--build-only", action="store_true", help="compile the cluster split-K variants (and, with "
                     "clusterk_ab in --parts, the earlier revision's) and stop")
+    ap.add_argument("--smallk-min-us", type=float, default=5.0, help="part smallk: shapes torch.matmul takes "
+                    "at least this long on")
+    ap.add_argument("--smallk-max-k", type=int, default=256, help="part smallk: shapes with K up to this")
     ap.add_argument("--summarise", metavar="JSON", help="print the summary of an earlier probe's JSON and stop")
     args = ap.parse_args()
     if args.summarise:
@@ -513,6 +745,10 @@ def main() -> None:
             part_clusterk(res, args.deadline, [v for v in args.clusterk_variants.split(",") if v])
         if "clusterk_ab" in parts:
             part_clusterk_ab(res, args.deadline, args.ab_rev)
+        if "host" in parts:
+            part_host(res)
+        if "smallk" in parts:
+            part_smallk(res, args.deadline, args.smallk_min_us, args.smallk_max_k)
     finally:
         (OUT / "gemm_probe.json").write_text(json.dumps(res))
         log("wrote gemm_probe.json")

@@ -51,33 +51,36 @@ class Dispatcher:
     def __call__(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         # Hot path: one dictionary lookup keyed on everything that decides the kernel, then the checks a
         # launcher needs (contiguous, 16-byte aligned for TMA, no autograd), one allocation, one launch.
-        key = (a.shape, b.shape, a.dtype, b.dtype, a.device, b.device)
-        fn = self._fast.get(key)
-        if fn is None:
-            fn = self._learn(a, b, key)
-        if fn is _TORCH:
+        hit = self._fast.get((a.shape, b.shape, a.dtype, b.dtype, a.device, b.device))
+        if hit is None:
+            hit = self._learn(a, b)
+        if hit is _TORCH:
             return torch.matmul(a, b)
+        fn, m, n = hit
         if (a.is_contiguous() and b.is_contiguous() and not (a.data_ptr() & 15) and not (b.data_ptr() & 15)
                 and not ((a.requires_grad or b.requires_grad) and torch.is_grad_enabled())):
-            c = a.new_empty((a.shape[0], b.shape[1]))
+            c = a.new_empty(m, n)  # the sizes as two ints: cheaper to parse than a tuple
             fn(a, b, c)
             return c
         return torch.matmul(a, b)
 
-    def _learn(self, a: torch.Tensor, b: torch.Tensor, key: tuple):
-        """First call with this signature: decide between a tuned launcher and torch.matmul, and remember."""
-        fn = _TORCH
+    def _learn(self, a: torch.Tensor, b: torch.Tensor):
+        """First call with this signature: decide between a tuned launcher and torch.matmul, and remember
+        (`_TORCH`, or the launcher with the output's rows and columns)."""
+        hit = _TORCH
         if (a.dim() == 2 and b.dim() == 2 and a.is_cuda and a.dtype in _DTYPES and b.dtype == a.dtype
                 and b.device == a.device and a.shape[1] == b.shape[0]):
             m, k = a.shape
             n = b.shape[1]
             lkey = (m, n, k, a.dtype, a.device.index)
             fn = self._launchers.get(lkey) or self._resolve(lkey)
+            if fn is not _TORCH:
+                hit = (fn, m, n)
         with self._lock:
             if len(self._fast) > 65536:  # many distinct signatures: forget rather than grow without bound
                 self._fast.clear()
-            self._fast[key] = fn
-        return fn
+            self._fast[(a.shape, b.shape, a.dtype, b.dtype, a.device, b.device)] = hit
+        return hit
 
 
 _default: Dispatcher | None = None
