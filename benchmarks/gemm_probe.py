@@ -355,7 +355,8 @@ def part_host(res: dict) -> None:
     for fam, (m, n, k, name) in picks.items():
         a = torch.randn(m, k, device="cuda", dtype=torch.float16)
         b = torch.randn(k, n, device="cuda", dtype=torch.float16)
-        fns = {"torch.matmul": lambda: torch.matmul(a, b), "kernelrl.gemm.matmul": lambda: dispatch.matmul(a, b),
+        fns = {"torch.matmul": lambda: torch.matmul(a, b), "torch.mm": lambda: torch.mm(a, b),
+               "kernelrl.gemm.matmul": lambda: dispatch.matmul(a, b),
                "Dispatcher.__call__": lambda: disp(a, b)}
         disp(a, b)
         hit = disp._fast.get((a.shape, b.shape, a.dtype, b.dtype, a.device, b.device))

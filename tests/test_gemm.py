@@ -643,6 +643,24 @@ def test_dispatcher_keeps_tuned_shapes_correct_off_the_gpu():
     assert torch.equal(d(a, b), torch.matmul(a, b))
 
 
+def test_the_fallback_answers_like_torch_matmul_for_every_kind_of_input():
+    d = Dispatcher(_table())
+    cases = [(torch.randn(5, 7), torch.randn(7, 3)), (torch.randn(2, 5, 7), torch.randn(7, 3)),
+             (torch.randn(7), torch.randn(7, 3)), (torch.randn(5, 7), torch.randn(7)),
+             (torch.randn(128, 64, dtype=torch.float16), torch.randn(64, 64, dtype=torch.float16))]
+    for a, b in cases:
+        for _ in range(2):  # the first call learns the signature, the second takes the remembered path
+            assert torch.equal(d(a, b), torch.matmul(a, b))
+    for _ in range(2):
+        with pytest.raises(RuntimeError):
+            d(torch.randn(5, 7), torch.randn(6, 3))
+        with pytest.raises(RuntimeError):
+            d(torch.randn(5, 7), torch.randn(7, 3, dtype=torch.float64))
+    a = torch.randn(5, 7, requires_grad=True)
+    d(a, torch.ones(7, 3)).sum().backward()
+    assert torch.equal(a.grad, torch.full((5, 7), 3.0))
+
+
 # --- report and CLI -------------------------------------------------------------------------------------
 def _csv(tmp_path, speedup=1.1):
     from kernelrl.gemm.bench import columns

@@ -1,4 +1,5 @@
-"""`matmul(a, b)`: each known shape goes to its tuned kernel, everything else to torch.matmul.
+"""`matmul(a, b)`: each known shape goes to its tuned kernel, everything else to torch.matmul (two matrices
+straight to torch.mm, which is what torch.matmul calls for them).
 
 The hot path is a dictionary lookup, one output allocation and one launch. Launchers are built on a shape's
 first call (warm up before CUDA-graph capture: `warmup(shapes)`); under torch.compile the call goes through
@@ -14,7 +15,8 @@ import torch
 from kernelrl.gemm.table import DEFAULT_TABLE, Table
 
 _DTYPES = {torch.float16: "fp16", torch.bfloat16: "bf16"}
-_TORCH = object()  # marker: this shape falls back to torch.matmul
+_TORCH = object()  # marker: this call falls back to torch.matmul
+_MM = object()  # marker: a product of two matrices that falls back, through torch.mm (what torch.matmul calls)
 
 
 class Dispatcher:
@@ -54,6 +56,8 @@ class Dispatcher:
         hit = self._fast.get((a.shape, b.shape, a.dtype, b.dtype, a.device, b.device))
         if hit is None:
             hit = self._learn(a, b)
+        if hit is _MM:  # torch.mm directly: one dispatch less than torch.matmul, the same kernel
+            return torch.mm(a, b)
         if hit is _TORCH:
             return torch.matmul(a, b)
         fn, m, n = hit
@@ -62,14 +66,15 @@ class Dispatcher:
             c = a.new_empty(m, n)  # the sizes as two ints: cheaper to parse than a tuple
             fn(a, b, c)
             return c
-        return torch.matmul(a, b)
+        return torch.mm(a, b)
 
     def _learn(self, a: torch.Tensor, b: torch.Tensor):
         """First call with this signature: decide between a tuned launcher and torch.matmul, and remember
-        (`_TORCH`, or the launcher with the output's rows and columns)."""
+        (`_TORCH`, `_MM`, or the launcher with the output's rows and columns)."""
         hit = _TORCH
-        if (a.dim() == 2 and b.dim() == 2 and a.is_cuda and a.dtype in _DTYPES and b.dtype == a.dtype
-                and b.device == a.device and a.shape[1] == b.shape[0]):
+        if a.dim() == 2 and b.dim() == 2 and a.shape[1] == b.shape[0]:
+            hit = _MM
+        if hit is _MM and a.is_cuda and a.dtype in _DTYPES and b.dtype == a.dtype and b.device == a.device:
             m, k = a.shape
             n = b.shape[1]
             lkey = (m, n, k, a.dtype, a.device.index)
