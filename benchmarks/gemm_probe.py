@@ -360,7 +360,7 @@ def part_host(res: dict) -> None:
                "Dispatcher.__call__": lambda: disp(a, b)}
         disp(a, b)
         hit = disp._fast.get((a.shape, b.shape, a.dtype, b.dtype, a.device, b.device))
-        if hit is not None and hit is not dispatch._TORCH:
+        if isinstance(hit, tuple):  # a tuned launcher (not a fallback marker)
             fn, c = hit[0], a.new_empty((m, n))
             fns["launcher alone"] = lambda: fn(a, b, c)
         row = {"shape": f"{m}x{n}x{k}", "kernel": name, **best(fns)}
