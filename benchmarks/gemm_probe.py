@@ -124,6 +124,23 @@ def part_floor(res: dict) -> None:
     res["floor"] = out
 
 
+def check_candidates(cands: dict, a, b, ref, entry: dict, fns: dict) -> None:
+    """Build each candidate ({label: () -> launcher}) and check it on (a, b) against `ref`; record the outcome
+    in entry["configs"] and add the correct ones to `fns` for timing (a build failure is a result too)."""
+    from kernelrl.gemm import check as chk
+
+    for name, make in cands.items():
+        try:
+            f = make()
+            c = chk.check(f, a, b, ref)
+        except Exception as e:
+            entry["configs"][name] = {"error": f"{type(e).__name__}: {str(e)[:200]}"}
+            continue
+        entry["configs"][name] = {"rel_err": c.rel_err, "ok": c.ok}
+        if c.ok:
+            fns[name] = (f, True)
+
+
 def part_tiled(res: dict, max_us: float, deadline: float) -> None:
     import torch
 
@@ -148,20 +165,10 @@ def part_tiled(res: dict, max_us: float, deadline: float) -> None:
         entry = {"m": m, "n": n, "k": k, "kernel": disp.kernel_for(m, n, k, torch.float16), "configs": {}}
         fns = {"torch": (torch.matmul, False), "torch_control": (torch.matmul, False), "kernelrl": (disp, False)}
         disp(a, b)
-        for cfg in TILED:
-            bm, bn = cfg[0], cfg[1]
-            if bm > max(64, m) or bn > max(64, n):
-                continue
-            name = "tiled:{}x{}x{}_s{}_w{}".format(*cfg[:3], cfg[4], cfg[3])
-            try:
-                f = tiled_launcher(cfg, m, n, k)
-                c = chk.check(f, a, b, ref)
-            except Exception as e:  # a compile failure is a result too
-                entry["configs"][name] = {"error": f"{type(e).__name__}: {str(e)[:200]}"}
-                continue
-            entry["configs"][name] = {"rel_err": c.rel_err, "ok": c.ok}
-            if c.ok:
-                fns[name] = (f, True)
+        check_candidates({"tiled:{}x{}x{}_s{}_w{}".format(*cfg[:3], cfg[4], cfg[3]):
+                          (lambda cfg=cfg: tiled_launcher(cfg, m, n, k))
+                          for cfg in TILED if cfg[0] <= max(64, m) and cfg[1] <= max(64, n)},
+                         a, b, ref, entry, fns)
         del ref, a, b
         inp = tm.Inputs(m, n, k)
         calls = 100
@@ -295,16 +302,7 @@ def part_smallk(res: dict, deadline: float, min_us: float, max_k: int) -> None:
         for tc in TRITON_CONFIGS:
             if tc.bm <= max(64, m) and tc.bn <= max(64, n) and tc.bk <= k:
                 cands[tc.name] = lambda tc=tc: make_launcher(tc.name, m, n, k)
-        for name, make in cands.items():
-            try:
-                f = make()
-                c = chk.check(f, a, b, ref)
-            except Exception as e:  # a compile failure is a result too
-                entry["configs"][name] = {"error": f"{type(e).__name__}: {str(e)[:200]}"}
-                continue
-            entry["configs"][name] = {"rel_err": c.rel_err, "ok": c.ok}
-            if c.ok:
-                fns[name] = (f, True)
+        check_candidates(cands, a, b, ref, entry, fns)
         del ref, a, b
         inp = tm.Inputs(m, n, k)
         per_round: dict = {}
