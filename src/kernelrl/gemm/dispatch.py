@@ -53,9 +53,10 @@ class Dispatcher:
     def __call__(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         # Hot path: one dictionary lookup keyed on everything that decides the kernel, then the checks a
         # launcher needs (contiguous, 16-byte aligned for TMA, no autograd), one allocation, one launch.
-        hit = self._fast.get((a.shape, b.shape, a.dtype, b.dtype, a.device, b.device))
+        key = (a.shape, b.shape, a.dtype, b.dtype, a.device, b.device)
+        hit = self._fast.get(key)
         if hit is None:
-            hit = self._learn(a, b)
+            hit = self._learn(a, b, key)
         if hit is _MM:  # torch.mm directly: one dispatch less than torch.matmul, the same kernel
             return torch.mm(a, b)
         if hit is _TORCH:
@@ -68,23 +69,23 @@ class Dispatcher:
             return c
         return torch.mm(a, b)
 
-    def _learn(self, a: torch.Tensor, b: torch.Tensor):
+    def _learn(self, a: torch.Tensor, b: torch.Tensor, key: tuple):
         """First call with this signature: decide between a tuned launcher and torch.matmul, and remember
         (`_TORCH`, `_MM`, or the launcher with the output's rows and columns)."""
         hit = _TORCH
         if a.dim() == 2 and b.dim() == 2 and a.shape[1] == b.shape[0]:
             hit = _MM
-        if hit is _MM and a.is_cuda and a.dtype in _DTYPES and b.dtype == a.dtype and b.device == a.device:
-            m, k = a.shape
-            n = b.shape[1]
-            lkey = (m, n, k, a.dtype, a.device.index)
-            fn = self._launchers.get(lkey) or self._resolve(lkey)
-            if fn is not _TORCH:
-                hit = (fn, m, n)
+            if a.is_cuda and a.dtype in _DTYPES and b.dtype == a.dtype and b.device == a.device:
+                m, k = a.shape
+                n = b.shape[1]
+                lkey = (m, n, k, a.dtype, a.device.index)
+                fn = self._launchers.get(lkey) or self._resolve(lkey)
+                if fn is not _TORCH:
+                    hit = (fn, m, n)
         with self._lock:
             if len(self._fast) > 65536:  # many distinct signatures: forget rather than grow without bound
                 self._fast.clear()
-            self._fast[(a.shape, b.shape, a.dtype, b.dtype, a.device, b.device)] = hit
+            self._fast[key] = hit
         return hit
 
 
