@@ -320,20 +320,24 @@ def part_smallk(res: dict, deadline: float, min_us: float, max_k: int) -> None:
 
 def part_host(res: dict) -> None:
     """Host time of the pieces of one eager call (us per call, the best of 7 rounds of 2000 calls, the rounds
-    interleaved across what is timed): torch.matmul, the dispatch on each family's smallest tuned shape, and
-    what the dispatch's hot path does on the way (key, checks, allocation, stream query, the launcher alone)."""
+    interleaved across what is timed): torch.matmul, the dispatch on each family's smallest tuned shape (the
+    default dispatcher, through its C++ hot path where built, and the same table answered in Python), and
+    what the Python hot path does on the way (key, checks, allocation, stream query, the launcher alone)."""
     import torch
 
     from kernelrl.gemm import dispatch
     from kernelrl.gemm.registry import family
 
     disp = dispatch.default_dispatcher()
+    py_disp = dispatch.Dispatcher(disp.table, fastpath=False)  # the same table answered in Python throughout
     picks: dict[str, tuple] = {}
     for (m, n, k, dt), name in sorted(disp._names.items(), key=lambda kv: kv[0][0] * kv[0][1] * kv[0][2]):
         if dt == "fp16" and family(name) not in picks:  # each family's smallest product: the host dominates
             picks[family(name)] = (m, n, k, name)
     picks["torch"] = (1000, 1000, 1000, "torch")  # not in the grid: the fallback
     out = res.setdefault("host", {})
+    out["fastpath"] = disp.uses_fastpath
+    log(f"host: the default dispatcher {'takes' if disp.uses_fastpath else 'has no'} C++ hot path")
 
     def best(fns: dict, number: int = 2000, rounds: int = 7) -> dict[str, float]:
         """Each function's best round, rounds interleaved across the functions."""
@@ -355,7 +359,7 @@ def part_host(res: dict) -> None:
         b = torch.randn(k, n, device="cuda", dtype=torch.float16)
         fns = {"torch.matmul": lambda: torch.matmul(a, b), "torch.mm": lambda: torch.mm(a, b),
                "kernelrl.gemm.matmul": lambda: dispatch.matmul(a, b),
-               "Dispatcher.__call__": lambda: disp(a, b)}
+               "Dispatcher.matmul": lambda: disp.matmul(a, b), "Python dispatch": lambda: py_disp.matmul(a, b)}
         disp(a, b)
         hit = disp._fast.get((a.shape, b.shape, a.dtype, b.dtype, a.device, b.device))
         if isinstance(hit, tuple):  # a tuned launcher (not a fallback marker)

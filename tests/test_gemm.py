@@ -643,8 +643,10 @@ def test_dispatcher_keeps_tuned_shapes_correct_off_the_gpu():
     assert torch.equal(d(a, b), torch.matmul(a, b))
 
 
-def test_the_fallback_answers_like_torch_matmul_for_every_kind_of_input():
-    d = Dispatcher(_table())
+@pytest.mark.parametrize("hot_path", ["python", "c++"])
+def test_the_fallback_answers_like_torch_matmul_for_every_kind_of_input(hot_path, request):
+    d = Dispatcher(_table(), fastpath=request.getfixturevalue("fastpath_module") if hot_path == "c++" else False)
+    assert d.uses_fastpath == (hot_path == "c++")
     cases = [(torch.randn(5, 7), torch.randn(7, 3)), (torch.randn(2, 5, 7), torch.randn(7, 3)),
              (torch.randn(7), torch.randn(7, 3)), (torch.randn(5, 7), torch.randn(7)),
              (torch.randn(128, 64, dtype=torch.float16), torch.randn(64, 64, dtype=torch.float16))]

@@ -13,6 +13,7 @@ from kernelrl.gemm.registry import make_launcher  # noqa: E402
 from kernelrl.gemm.shapes import Shape  # noqa: E402
 from kernelrl.gemm.space import CUTLASS_CONFIGS, TRITON_CONFIGS, CutlassVariant  # noqa: E402
 from kernelrl.gemm.table import Entry, Table  # noqa: E402
+from gemm_gpu_checks import close, replays_correctly  # noqa: E402
 
 hopper = pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0),
                             reason="the Triton TMA and CUTLASS kernels are built for sm_90a")
@@ -179,6 +180,51 @@ def test_matmul_compiles_with_torch_compile_without_graph_breaks():
     got = compiled(a, b)
     want = torch.relu(torch.matmul(a, b)) * 2
     assert torch.allclose(got.float(), want.float(), rtol=2e-2, atol=5e-2)
+
+
+_NATIVE_KIND = {"cublaslt": "plan", "cutlass": "plan", "clusterk": "clusterk", "clusterk grouped": "clusterk",
+                "tiled": "python", "triton": "python", "splitk": "python"}
+
+
+@hopper
+def test_the_cpp_hot_path_launches_every_family_as_the_python_dispatch_does(fastpath_module):
+    table = default_dispatcher().table
+    fast, slow = Dispatcher(table, fastpath=fastpath_module), Dispatcher(table, fastpath=False)
+    families = set()
+    for s in _tuned(24, seed=3):
+        name = fast.kernel_for(s.m, s.n, s.k, torch.float16)
+        a, b = chk.random_inputs(s.m, s.n, s.k)
+        first = fast(a, b)  # decided in Python, added to the C++ table
+        kind = fast._native.kind_of(a, b)
+        assert kind == _NATIVE_KIND[_kind(name)], (s, name, kind)
+        c = fast(a, b)  # through C++
+        assert close(c, a, b) and close(first, a, b) and close(slow(a, b), a, b), (s, name)
+        assert c.shape == (s.m, s.n) and c.data_ptr() not in (a.data_ptr(), b.data_ptr())
+        if kind == "plan" or "g" in name.rsplit("/", 1)[-1]:  # per-stream state: one stream learned so far
+            assert fast._native.streams_of(a, b) == 1, (s, name)
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                c2 = fast(a, b)  # a new stream: prepared by the Python launcher, then learned
+                c3 = fast(a, b)
+            torch.cuda.current_stream().wait_stream(side)
+            assert fast._native.streams_of(a, b) == 2 and close(c2, a, b) and close(c3, a, b), (s, name)
+        families.add(_kind(name))
+    assert {"cublaslt", "cutlass", "clusterk", "tiled"} <= families, families
+
+
+@hopper
+def test_the_cpp_hot_path_captures_in_a_cuda_graph_on_a_stream_it_has_not_seen(fastpath_module):
+    table = default_dispatcher().table
+    d = Dispatcher(table, fastpath=fastpath_module)
+    for s in _tuned(8, seed=4):
+        a, b = chk.random_inputs(s.m, s.n, s.k)
+        d(a, b)
+        d(a, b)
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):  # torch's capture stream: new to every launcher
+            c = d(a, b)
+        replays_correctly(g, a, b, c)
 
 
 def test_a_shape_whose_kernel_cannot_load_falls_back_to_torch_with_a_warning():

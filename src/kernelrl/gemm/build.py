@@ -1,5 +1,6 @@
 """Build the native kernel libraries with nvcc: the CUTLASS SM90 configurations, the cluster split-K
-configurations and the cuBLASLt binding."""
+configurations and the cuBLASLt binding (run as a module it also builds the dispatch's C++ hot path,
+`fastpath`)."""
 from __future__ import annotations
 
 import hashlib
@@ -158,7 +159,10 @@ def build_cublaslt(build_dir: Path = DEFAULT_BUILD_DIR, log=print) -> Path:
 
 
 if __name__ == "__main__":
+    from kernelrl.gemm import fastpath
+
     out = Path(sys.argv[1]) if len(sys.argv) > 1 else DEFAULT_BUILD_DIR
+    fastpath.build(out)
     build_cublaslt(out)
     build_clusterk(out)
     build(out)

@@ -69,12 +69,14 @@ def launcher(lib: ctypes.CDLL, symbol: str, name: str, splits: int, m: int, n: i
         raise ValueError(f"{name} cannot run {m}x{n}x{k}: it {_WHY.get(why, f'failed with status {why}')}")
     dev = torch.cuda.current_device() if device_index is None else device_index
     raw_stream = torch._C._cuda_getCurrentRawStream
+    what = f"{name} on {m}x{n}x{k}"  # the C++ hot path's message for a failed launch
     if groups == 1:
         def launch(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> None:
             st = run(a.data_ptr(), b.data_ptr(), c.data_ptr(), m, n, k, splits, 1, None, None, bf16, raw_stream(dev))
             if st:
                 raise RuntimeError(f"{name} failed to launch on {m}x{n}x{k} (status {st})")
 
+        launch.native = ("clusterk", ctypes.cast(run, _vp).value, None, (k, splits, 1, bf16), what)
         return launch
 
     floats, counters = _ll(), _ll()
@@ -98,4 +100,5 @@ def launcher(lib: ctypes.CDLL, symbol: str, name: str, splits: int, m: int, n: i
             raise RuntimeError(f"{name} failed to launch on {m}x{n}x{k} (status {st})")
 
     launch_grouped.workspaces = per_stream
+    launch_grouped.native = ("clusterk", ctypes.cast(run, _vp).value, per_stream, (k, splits, groups, bf16), what)
     return launch_grouped

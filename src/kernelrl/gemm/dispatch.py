@@ -1,14 +1,17 @@
 """`matmul(a, b)`: each known shape goes to its tuned kernel, everything else to torch.matmul (two matrices
 straight to torch.mm, which is what torch.matmul calls for them).
 
-The hot path is a dictionary lookup, one output allocation and one launch. Launchers are built on a shape's
-first call (warm up before CUDA-graph capture: `warmup(shapes)`); under torch.compile the call goes through
-the custom op `kernelrl::gemm_mm`.
+The hot path is a lookup, one output allocation and one launch: in C++ where the extension is built
+(`fastpath`: torch.mm, native launches and the output's allocation without Python), else in Python. A
+signature's first call decides in Python and adds it to both. Launchers are built on a shape's first call
+(warm up before CUDA-graph capture: `warmup(shapes)`); under torch.compile the call goes through the custom op
+`kernelrl::gemm_mm`.
 """
 from __future__ import annotations
 
 import threading
 import warnings
+import weakref
 
 import torch
 
@@ -17,17 +20,44 @@ from kernelrl.gemm.table import DEFAULT_TABLE, Table
 _DTYPES = {torch.float16: "fp16", torch.bfloat16: "bf16"}
 _TORCH = object()  # marker: this call falls back to torch.matmul
 _MM = object()  # marker: a product of two matrices that falls back, through torch.mm (what torch.matmul calls)
+_PLAIN = (torch.Tensor, torch.nn.Parameter)  # what the C++ hot path takes (subclasses stay in Python)
+
+
+def _fastpath_module():
+    from kernelrl.gemm import fastpath
+
+    try:
+        return fastpath.load()
+    except (ImportError, OSError) as e:  # built for another torch under the same name, or broken: stay correct
+        warnings.warn(f"kernelrl.gemm: the C++ fast path did not load ({e}); dispatching in Python",
+                      RuntimeWarning, stacklevel=3)
+        return None
 
 
 class Dispatcher:
-    """Holds the tuned table and the launchers built from it."""
+    """Holds the tuned table and the launchers built from it. `matmul(a, b)` (or calling the dispatcher) is
+    A @ B. `fastpath`: True takes the C++ hot path where it is built (`fastpath.load`), False answers every
+    call in Python, a module is the extension to use (`fastpath.build`'s)."""
 
-    def __init__(self, table: Table):
+    def __init__(self, table: Table, fastpath=True):
         self.table = table
         self._names = table.lookup()
         self._launchers: dict[tuple, object] = {}
-        self._fast: dict[tuple, object] = {}  # exact call signature -> launcher, for tuned shapes only
+        self._fast: dict[tuple, object] = {}  # exact call signature -> what it runs (`_learn`)
         self._lock = threading.Lock()
+        mod = _fastpath_module() if fastpath is True else (fastpath or None)
+        self._native = mod.Table() if mod is not None else None
+        if mod is None:
+            self.matmul = self._python
+        else:  # the C++ caller answers known signatures and hands the rest to `_python`
+            self.matmul = mod.caller(self._native, _python_of(weakref.ref(self)))
+
+    @property
+    def uses_fastpath(self) -> bool:
+        return self._native is not None
+
+    def __call__(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return self.matmul(a, b)
 
     def kernel_for(self, m: int, n: int, k: int, dtype: torch.dtype) -> str:
         """Name of the kernel a call of this shape runs (`torch` for the fallback)."""
@@ -50,8 +80,8 @@ class Dispatcher:
             self._launchers[key] = fn
         return fn
 
-    def __call__(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-        # Hot path: one dictionary lookup keyed on everything that decides the kernel, then the checks a
+    def _python(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        # Hot path without the extension: one dictionary lookup keyed on everything that decides the kernel, then the checks a
         # launcher needs (contiguous, 16-byte aligned for TMA, no autograd), one allocation, one launch.
         key = (a.shape, b.shape, a.dtype, b.dtype, a.device, b.device)
         hit = self._fast.get(key)
@@ -85,8 +115,28 @@ class Dispatcher:
         with self._lock:
             if len(self._fast) > 65536:  # many distinct signatures: forget rather than grow without bound
                 self._fast.clear()
+                if self._native is not None:
+                    self._native.clear()
             self._fast[key] = hit
+            if self._native is not None and hit is not _TORCH and type(a) in _PLAIN and type(b) in _PLAIN:
+                if hit is _MM:
+                    self._native.add_mm(a, b)
+                elif getattr(hit[0], "native", None) is not None:
+                    self._native.add_native(a, b, *hit, *hit[0].native)
+                else:
+                    self._native.add_python(a, b, *hit)
         return hit
+
+
+def _python_of(ref: weakref.ref):
+    """The dispatcher's Python call, holding it weakly (its C++ caller is its own attribute: no cycle)."""
+    def fallback(a, b):
+        d = ref()
+        if d is None:
+            raise RuntimeError("kernelrl.gemm: the Dispatcher of this matmul no longer exists; keep the Dispatcher")
+        return d._python(a, b)
+
+    return fallback
 
 
 _default: Dispatcher | None = None
@@ -119,7 +169,7 @@ def set_table(table: Table) -> None:
 
 @torch.library.custom_op("kernelrl::gemm_mm", mutates_args=())
 def _gemm_mm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    return default_dispatcher()(a, b)
+    return default_dispatcher().matmul(a, b)
 
 
 @_gemm_mm.register_fake
@@ -134,7 +184,7 @@ def matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """A @ B for 2-D tensors: the tuned kernel for known fp16/bf16 CUDA shapes, else torch.matmul."""
     if _is_compiling():
         return _gemm_mm(a, b)
-    return (_default or default_dispatcher())(a, b)
+    return (_default or default_dispatcher()).matmul(a, b)
 
 
 def warmup(shapes, dtype=torch.float16) -> None:
