@@ -110,6 +110,13 @@ def test_a_python_launcher_gets_a_new_output_of_the_tuned_size(fastpath_module):
     f(g, b).sum().backward()
     assert torch.allclose(g.grad, b.sum(1).expand(6, 4)) and len(calls) == 1
 
+    def broken(a, b, c):
+        raise ValueError("the launcher's own error")
+
+    t.add_python(a, b, broken, 6, 5)
+    with pytest.raises(ValueError, match="the launcher's own error"):
+        f(a, b)
+
 
 def test_a_plan_entry_calls_the_native_run_with_the_plan_of_the_stream(fastpath_module):
     t = fastpath_module.Table()
@@ -123,16 +130,23 @@ def test_a_plan_entry_calls_the_native_run_with_the_plan_of_the_stream(fastpath_
     def launcher(a, b, c):  # what plan_launcher does on a stream it has not seen: make the stream's plan
         plans[0] = (41, None)
 
+    def failing(a, b, c):
+        raise RuntimeError("no plan for this stream")
+
     f = fastpath_module.caller(t, lambda a, b: pytest.fail("the table holds this signature"))
     a, b = torch.randn(6, 4), torch.randn(4, 5)
-    t.add_native(a, b, launcher, 6, 5, "plan", ctypes.cast(run_plan, ctypes.c_void_p).value, plans, [], "test plan")
-    assert t.streams_of(a, b) == 0
+    addr = ctypes.cast(run_plan, ctypes.c_void_p).value
+    t.add_native(a, b, failing, 6, 5, "plan", addr, plans, [], "test plan")
+    with pytest.raises(RuntimeError, match="no plan for this stream"):
+        f(a, b)  # a launcher that fails to prepare the stream: its error, and nothing learned
+    assert t.streams_of(a, b) == 0 and runs == []
+    t.add_native(a, b, launcher, 6, 5, "plan", addr, plans, [], "test plan")
     c = f(a, b)  # the stream is new: through the launcher, which makes the plan the entry then learns
     assert runs == [] and t.streams_of(a, b) == 1 and c.shape == (6, 5)
     c = f(a, b)
     assert runs == [(41, a.data_ptr(), b.data_ptr(), c.data_ptr(), None)]
     plans[0] = (99, None)  # a failing plan, learned when the entry is added
-    t.add_native(a, b, launcher, 6, 5, "plan", ctypes.cast(run_plan, ctypes.c_void_p).value, plans, [], "test plan")
+    t.add_native(a, b, launcher, 6, 5, "plan", addr, plans, [], "test plan")
     with pytest.raises(RuntimeError, match="test plan failed with status 7"):
         f(a, b)
 

@@ -129,6 +129,19 @@ PyObject* torch_mm(const at::Tensor& a, const at::Tensor& b) {
   return wrap(std::move(c));
 }
 
+// The entry's Python launcher fn(a, b, c) into c; C as a new reference, or nullptr with the launcher's error set.
+PyObject* through_python(const Entry& e, PyObject* a, PyObject* b, at::Tensor&& c) {
+  PyObject* pc = wrap(std::move(c));
+  PyObject* call_args[3] = {a, b, pc};
+  PyObject* r = PyObject_Vectorcall(e.fn.ptr(), call_args, 3, nullptr);
+  if (r == nullptr) {
+    Py_DECREF(pc);
+    return nullptr;
+  }
+  Py_DECREF(r);
+  return pc;
+}
+
 // The hot path: `self` is a capsule holding a Caller.
 PyObject* call(PyObject* self, PyObject* const* args, size_t nargsf, PyObject* kwnames) {
   HANDLE_TH_ERRORS
@@ -175,27 +188,12 @@ PyObject* call(PyObject* self, PyObject* const* args, size_t nargsf, PyObject* k
       }
       return wrap(std::move(c));
     }
-    // A stream this entry has not seen: the Python launcher prepares it (below), then the entry learns it.
-    PyObject* pc = wrap(std::move(c));
-    PyObject* call_args[3] = {args[0], args[1], pc};
-    PyObject* r = PyObject_Vectorcall(e->fn.ptr(), call_args, 3, nullptr);
-    if (r == nullptr) {
-      Py_DECREF(pc);
-      return nullptr;
-    }
-    Py_DECREF(r);
-    learn_stream(*e, stream);
+    // A stream this entry has not seen: the Python launcher prepares it, then the entry learns it.
+    PyObject* pc = through_python(*e, args[0], args[1], std::move(c));
+    if (pc != nullptr) learn_stream(*e, stream);
     return pc;
   }
-  PyObject* pc = wrap(std::move(c));
-  PyObject* call_args[3] = {args[0], args[1], pc};
-  PyObject* r = PyObject_Vectorcall(e->fn.ptr(), call_args, 3, nullptr);
-  if (r == nullptr) {
-    Py_DECREF(pc);
-    return nullptr;
-  }
-  Py_DECREF(r);
-  return pc;
+  return through_python(*e, args[0], args[1], std::move(c));
   END_HANDLE_TH_ERRORS
 }
 
