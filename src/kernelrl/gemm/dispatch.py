@@ -81,8 +81,9 @@ class Dispatcher:
         return fn
 
     def _python(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-        # Hot path without the extension: one dictionary lookup keyed on everything that decides the kernel, then the checks a
-        # launcher needs (contiguous, 16-byte aligned for TMA, no autograd), one allocation, one launch.
+        # The hot path without the extension (and the C++ one's first calls): one dictionary lookup keyed on
+        # everything that decides the kernel, then the checks a launcher needs (contiguous, 16-byte aligned for
+        # TMA, no autograd), one allocation, one launch.
         key = (a.shape, b.shape, a.dtype, b.dtype, a.device, b.device)
         hit = self._fast.get(key)
         if hit is None:

@@ -5,8 +5,9 @@
 //   CLUSTERK the cluster split-K entry point with its fixed arguments and per-stream workspace pointers;
 //   PYTHON   the Python launcher fn(a, b, c) (Triton), with C allocated here.
 // Anything else (a first call, a tensor subclass, a torch function mode, more than two dimensions, keyword
-// arguments) goes to the Python dispatcher, which decides and adds the signature to the table. A stream a native entry has not seen goes once through the
-// Python launcher, which prepares that stream's plan or workspace; the entry then reads it from the launcher.
+// arguments) goes to the Python dispatcher, which decides and adds the signature to the table. A stream a
+// native entry has not seen goes once through the Python launcher, which prepares that stream's plan or
+// workspace; the entry then reads it from the launcher.
 #include <torch/extension.h>
 #include <torch/csrc/Exceptions.h>
 #include <torch/csrc/autograd/python_variable.h>
@@ -64,7 +65,7 @@ struct Entry {
   py::object fn;         // the Python launcher (every kind but MM)
   void* run = nullptr;   // PLAN: plan_run; CLUSTERK: the run entry point
   py::object state;      // the launcher's per-stream dict (stream -> (plan or workspace, ...)); None: none needed
-  int ints[5] = {0, 0, 0, 0, 0};  // CLUSTERK: k, splits, groups, bf16
+  int ints[4] = {0, 0, 0, 0};  // CLUSTERK: k, splits, groups, bf16
   std::vector<std::pair<void*, std::pair<void*, void*>>> streams;  // stream -> (plan or workspace, counters)
   std::string what;
 };
@@ -247,7 +248,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, mod) {
             e->n = n;
             e->run = reinterpret_cast<void*>(run);
             e->state = std::move(state);
-            for (size_t i = 0; i < ints.size() && i < 5; ++i) e->ints[i] = ints[i];
+            for (size_t i = 0; i < ints.size() && i < 4; ++i) e->ints[i] = ints[i];
             e->what = what;
             // Streams the launcher has already prepared.
             if (!e->state.is_none())
