@@ -188,11 +188,12 @@ SMALLK = [  # (bm, bn, bk, warps, stages) for products whose K is at most 256: t
 
 def smallk_kernels():
     """Two non-persistent variants of the tiled kernel (one program per output tile, several per SM):
-    operands through tensor maps and C through a tensor-map store (`io`), or pointer loads and a tensor-map
-    store (`store`)."""
+    operands through tensor maps and C through a tensor-map store (`io`), or the tiled kernel's pointer loads
+    (`tiled_product`) and a tensor-map store (`store`)."""
     import triton
     import triton.language as tl
 
+    from kernelrl.gemm.kernels.triton_tiled import tiled_product
     from kernelrl.gemm.kernels.triton_tma import tile_coords
 
     @triton.jit
@@ -211,23 +212,9 @@ def smallk_kernels():
 
     @triton.jit
     def smallk_store(a_ptr, b_ptr, c_desc, M, N, K, stride_am, stride_bk, BM: tl.constexpr, BN: tl.constexpr,
-                     BK: tl.constexpr, GROUP_M: tl.constexpr):
-        pid = tl.program_id(axis=0)
-        num_pid_m = tl.cdiv(M, BM)
-        num_pid_n = tl.cdiv(N, BN)
-        pid_m, pid_n = tile_coords(pid, GROUP_M * num_pid_n, num_pid_m, GROUP_M)
-        rm = pid_m * BM + tl.arange(0, BM)
-        rn = pid_n * BN + tl.arange(0, BN)
-        ram = tl.max_contiguous(tl.multiple_of(rm % M, BM), BM)
-        rbn = tl.max_contiguous(tl.multiple_of(rn % N, BN), BN)
-        rk = tl.arange(0, BK)
-        a_ptrs = a_ptr + ram[:, None] * stride_am + rk[None, :]
-        b_ptrs = b_ptr + rk[:, None] * stride_bk + rbn[None, :]
-        acc = tl.zeros((BM, BN), dtype=tl.float32)
-        for ki in range(tl.cdiv(K, BK)):
-            acc = tl.dot(tl.load(a_ptrs), tl.load(b_ptrs), acc)
-            a_ptrs += BK
-            b_ptrs += BK * stride_bk
+                     BK: tl.constexpr, GROUP_M: tl.constexpr, EVEN_K: tl.constexpr):
+        acc, rm, rn, pid_m, pid_n = tiled_product(a_ptr, b_ptr, M, N, K, stride_am, stride_bk, BM, BN, BK, GROUP_M,
+                                                  EVEN_K)
         c_desc.store([pid_m * BM, pid_n * BN], acc.to(c_desc.dtype))
 
     return smallk_io, smallk_store
@@ -246,7 +233,7 @@ def smallk_launcher(kind: str, kern, cfg, m: int, n: int, k: int):
             kern[grid](TensorDescriptor.from_tensor(a, [bm, bk]), TensorDescriptor.from_tensor(b, [bk, bn]), dc,
                        m, n, k, **meta)
         else:
-            kern[grid](a, b, dc, m, n, k, a.stride(0), b.stride(0), **meta)
+            kern[grid](a, b, dc, m, n, k, a.stride(0), b.stride(0), EVEN_K=k % bk == 0, **meta)
 
     return run
 

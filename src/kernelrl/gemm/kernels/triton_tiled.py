@@ -2,7 +2,8 @@
 
 C (M x N) = A (M x K) @ B (K x N), all row-major and contiguous. No TMA descriptors, no persistent loop and no
 workspace: the least set-up per launch of the Triton kernels here, for shapes whose time is mostly launch and
-memory latency. `EVEN_K` (K a multiple of BK) drops the K masks. A proposer may write kernels of this form too.
+memory latency. `EVEN_K` (K a multiple of BK) drops the K masks. `tiled_product` is the kernel without its store,
+for variants that write C another way. A proposer may write kernels of this form too.
 """
 import triton
 import triton.language as tl
@@ -11,9 +12,11 @@ from kernelrl.gemm.kernels.triton_tma import tile_coords
 
 
 @triton.jit
-def matmul_tiled(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_bk, stride_cm,
-                 BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP_M: tl.constexpr,
-                 EVEN_K: tl.constexpr):
+def tiled_product(a_ptr, b_ptr, M, N, K, stride_am, stride_bk,
+                  BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP_M: tl.constexpr,
+                  EVEN_K: tl.constexpr):
+    """This program's output tile, accumulated in fp32: (acc, its rows rm, its columns rn, pid_m, pid_n). Rows
+    and columns past the matrix edge are included; the caller masks or clips them at the store."""
     pid = tl.program_id(axis=0)
     num_pid_m = tl.cdiv(M, BM)
     num_pid_n = tl.cdiv(N, BN)
@@ -39,5 +42,14 @@ def matmul_tiled(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_bk, stride_cm,
         acc = tl.dot(a, b, acc)
         a_ptrs += BK
         b_ptrs += BK * stride_bk
+    return acc, rm, rn, pid_m, pid_n
+
+
+@triton.jit
+def matmul_tiled(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_bk, stride_cm,
+                 BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP_M: tl.constexpr,
+                 EVEN_K: tl.constexpr):
+    acc, rm, rn, pid_m, pid_n = tiled_product(a_ptr, b_ptr, M, N, K, stride_am, stride_bk, BM, BN, BK, GROUP_M,
+                                              EVEN_K)
     mask = (rm < M)[:, None] & (rn < N)[None, :]
     tl.store(c_ptr + rm[:, None] * stride_cm + rn[None, :], acc.to(c_ptr.dtype.element_ty), mask=mask)
