@@ -6,6 +6,7 @@ import math
 import shutil
 import statistics
 import subprocess
+import types
 
 import pytest
 import torch
@@ -126,6 +127,59 @@ def test_split_k_is_not_proposed_where_it_measured_far_behind_or_beyond_its_work
 
         make_splitk_launcher(SplitKConfig(64, 64, 64, 4, 4, 2), 4096, 2048, 512)
     assert 4096 * 2048 > SPLITK_MAX_OUTPUT
+
+
+class _Recorder:
+    """Stands where Triton's generated C launch entry stands: records its arguments."""
+
+    def __init__(self):
+        self.calls = []
+
+    def __call__(self, *args):
+        self.calls.append(args)
+
+
+def _compiled_kernel(launch, global_scratch=0, profile_scratch=0):
+    """A compiled kernel whose `run` has the form of Triton 3.6's CudaLauncher around `launch`."""
+    run = types.SimpleNamespace(launch=launch, global_scratch_size=global_scratch,
+                                profile_scratch_size=profile_scratch, launch_cooperative_grid=False,
+                                launch_pdl=True)
+    return types.SimpleNamespace(run=run, function=0xF00, packed_metadata=(4, 1, 0))
+
+
+def _wrap_handle_tensordesc(launcher, tensordesc_meta):
+    """The closure Triton 3.6 puts around the C entry of a kernel with tensor-descriptor arguments."""
+    def inner(*args):
+        return launcher(*args), tensordesc_meta
+
+    return inner
+
+
+def test_a_triton_launch_goes_straight_to_the_c_entry_only_where_its_form_is_known():
+    from kernelrl.gemm.triton_family import _entry
+
+    c_entry = _Recorder()
+    kern = _compiled_kernel(c_entry)
+    launch, head, meta = _entry(kern, "3.6.0")
+    assert launch is c_entry and meta == ()
+    launch(2, 1, 1, 77, *head, "a", "b")  # grid, stream, then what the C entry parses before the kernel's own
+    assert c_entry.calls == [(2, 1, 1, 77, 0xF00, False, True, None, None, (4, 1, 0), None, None, None, "a", "b")]
+
+    desc_meta = [{"swizzle": 3}, {"swizzle": 3}, {"swizzle": 2}]
+    launch, _, meta = _entry(_compiled_kernel(_wrap_handle_tensordesc(c_entry, desc_meta)), "3.6.0")
+    assert launch is c_entry and meta == tuple(desc_meta)  # unwrapped: the caller expands its tensor maps
+
+    run_head = (0xF00, (4, 1, 0), None, None, None)  # what CompiledKernel.run takes after the stream
+    for kern, version in [
+        (_compiled_kernel(c_entry), "3.5.1"),  # another release: its C entry may parse other arguments
+        (_compiled_kernel(c_entry), "3.60.0"),
+        (_compiled_kernel(c_entry, global_scratch=128), "3.6.0"),  # run allocates scratch per call
+        (_compiled_kernel(c_entry, profile_scratch=64), "3.6.0"),
+        (_compiled_kernel(_wrap_handle_tensordesc(c_entry, [None, None, None])), "3.6.0"),  # not tensor maps
+        (_compiled_kernel(_wrap_handle_tensordesc(c_entry, None)), "3.6.0"),
+        (types.SimpleNamespace(run=types.SimpleNamespace(), function=0xF00, packed_metadata=(4, 1, 0)), "3.6.0"),
+    ]:
+        assert _entry(kern, version) == (kern.run, run_head, None), version
 
 
 def test_tiled_names_round_trip_and_a_malformed_one_says_the_form():

@@ -13,7 +13,7 @@ from kernelrl.gemm.registry import make_launcher  # noqa: E402
 from kernelrl.gemm.shapes import Shape  # noqa: E402
 from kernelrl.gemm.space import CUTLASS_CONFIGS, TRITON_CONFIGS, CutlassVariant  # noqa: E402
 from kernelrl.gemm.table import Entry, Table  # noqa: E402
-from gemm_gpu_checks import close, replays_correctly  # noqa: E402
+from gemm_gpu_checks import captured, close, replays_correctly  # noqa: E402
 
 hopper = pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0),
                             reason="the Triton TMA and CUTLASS kernels are built for sm_90a")
@@ -48,6 +48,34 @@ def test_every_triton_configuration_is_correct(dtype):
     for cfg in TRITON_CONFIGS:
         res = chk.check(make_launcher(cfg.name, 320, 192, 1088, dtype), a, b, ref)
         assert res.ok, (cfg.name, res.reason)
+
+
+@hopper
+@pytest.mark.parametrize("name", ["triton:64x64x128_s4_w4", "triton:64x64x128_s4_w4_ws", "tiled:64x64x128_s3_w4",
+                                  "splitk:64x64x64_s4_w4/k4"])
+def test_a_triton_launcher_takes_the_c_entry_and_stays_correct_as_its_operands_move(name):
+    import triton
+
+    from kernelrl.gemm.triton_family import _TENSOR_MAPS, DIRECT_TRITON
+
+    m, n, k = 320, 192, 1088
+    fn = make_launcher(name, m, n, k)
+    a, b = chk.random_inputs(m, n, k)
+    outs = [torch.empty(m, n, device="cuda", dtype=torch.float16) for _ in range(_TENSOR_MAPS + 6)]
+    fn(a, b, outs[0])  # compiles
+    assert fn.direct == triton.__version__.startswith(tuple(v + "." for v in DIRECT_TRITON))
+    for c in outs:  # more output addresses than tensor maps kept per operand
+        fn(a, b, c)
+    assert all(close(c, a, b) for c in outs)
+    a2, b2 = chk.random_inputs(m, n, k)
+    a.copy_(a2)  # the same addresses with new values
+    b.copy_(b2)
+    fn(a, b, outs[1])
+    assert close(outs[1], a2, b2)
+    a3, b3 = chk.random_inputs(m, n, k)  # new addresses
+    fn(a3, b3, outs[2])
+    assert close(outs[2], a3, b3)
+    replays_correctly(*captured(fn, m, n, k))
 
 
 @hopper

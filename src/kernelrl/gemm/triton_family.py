@@ -7,6 +7,10 @@ import torch
 from kernelrl.gemm.space import NUM_SMS, SPLITK_MAX_OUTPUT, SplitKConfig, TiledConfig, TritonConfig
 from kernelrl.gemm.streams import PerStream
 
+# Triton releases whose compiled-kernel launcher `_entry` knows (the C entry's arguments differ between releases).
+DIRECT_TRITON = ("3.6",)
+_TENSOR_MAPS = 64  # tensor maps kept per operand of a persistent TMA launcher (one per data pointer seen)
+
 
 def _descriptor(t: torch.Tensor, block: list[int]):
     from triton.tools.tensor_descriptor import TensorDescriptor
@@ -17,11 +21,44 @@ def _descriptor(t: torch.Tensor, block: list[int]):
     return d
 
 
+def _entry(kern, version: str | None = None):
+    """(launch, head, tensor-descriptor metadata) for a compiled kernel: a call is
+    `launch(grid_x, grid_y, grid_z, stream, *head, *kernel_args)`.
+
+    With a Triton release in DIRECT_TRITON, `launch` is the C entry of Triton's generated launcher itself. That
+    skips what `kern.run` does in Python on every call: two scratch-allocation closures and, for tensor
+    descriptors, building their tensor maps. Only kernels that need no scratch memory take it. Otherwise `launch`
+    is `kern.run`, with no metadata. A launcher built on it says which in its `direct` attribute (after its first
+    call)."""
+    run = kern.run
+    head = (kern.function, kern.packed_metadata, None, None, None)
+    if version is None:
+        import triton
+
+        version = triton.__version__
+    if not version.startswith(tuple(v + "." for v in DIRECT_TRITON)):
+        return run, head, None
+    try:
+        if run.global_scratch_size or run.profile_scratch_size:
+            return run, head, None
+        launch, closure, meta = run.launch, getattr(run.launch, "__closure__", None), ()
+        if closure:  # wrapped to expand tensor descriptors: unwrap it
+            cells = dict(zip(launch.__code__.co_freevars, (c.cell_contents for c in closure)))
+            launch, meta = cells["launcher"], tuple(cells["tensordesc_meta"] or ())
+            if not meta or any(m is None for m in meta):  # descriptors not lowered to tensor maps
+                return run, head, None
+        flags = (run.launch_cooperative_grid, run.launch_pdl, None, None)
+    except (AttributeError, KeyError, TypeError):
+        return run, head, None
+    return launch, (kern.function, *flags, kern.packed_metadata, None, None, None), meta
+
+
 def make_launcher(cfg: TritonConfig, m: int, n: int, k: int, acc_fp16: bool = False):
     """A function (a, b, c) -> None running the Triton kernel for an m x n x k problem into c.
 
     The first call goes through Triton's JIT (compiling if needed); later calls launch the compiled kernel
-    directly, skipping the JIT's argument binding."""
+    directly (`_entry`), skipping the JIT's argument binding, and reuse each operand's tensor map while its data
+    pointer recurs."""
     from kernelrl.gemm.kernels.triton_tma import matmul_tma_persistent
 
     tiles = -(-m // cfg.bm) * -(-n // cfg.bn)
@@ -30,18 +67,37 @@ def make_launcher(cfg: TritonConfig, m: int, n: int, k: int, acc_fp16: bool = Fa
     meta = dict(BM=cfg.bm, BN=cfg.bn, BK=cfg.bk, GROUP_M=cfg.group_m, NUM_SMS=NUM_SMS,
                 WARP_SPECIALIZE=cfg.ws, FLATTEN=False, ACC_FP16=acc_fp16)
     constexprs = tuple(meta.values())  # in the kernel's parameter order, after the runtime arguments
-    a_blk, b_blk, c_blk = [cfg.bm, cfg.bk], [cfg.bk, cfg.bn], [cfg.bm, cfg.bn]
+    blocks = ([cfg.bm, cfg.bk], [cfg.bk, cfg.bn], [cfg.bm, cfg.bn])
     raw_stream = torch._C._cuda_getCurrentRawStream
     compiled = []
+    maps: tuple[dict, dict, dict] = ({}, {}, {})  # per operand: data pointer -> its expanded tensor-map arguments
+
+    def expanded(i: int, t: torch.Tensor, tensordesc_meta) -> list:
+        # A tensor map fixes the base address, sizes, strides and box; in this launcher only the address varies.
+        hit = maps[i].get(t.data_ptr())
+        if hit is None:
+            from triton.backends.nvidia.driver import make_tensordesc_arg
+
+            if len(maps[i]) >= _TENSOR_MAPS:
+                maps[i].clear()
+            hit = maps[i][t.data_ptr()] = make_tensordesc_arg(_descriptor(t, blocks[i]), tensordesc_meta[i])
+        return hit
 
     def launch(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> None:
-        da, db, dc = _descriptor(a, a_blk), _descriptor(b, b_blk), _descriptor(c, c_blk)
         if compiled:
-            kern = compiled[0]
-            kern.run(grid[0], 1, 1, raw_stream(a.device.index), kern.function, kern.packed_metadata, None, None,
-                     None, da, db, dc, m, n, k, *constexprs)
+            entry, head, tmeta = compiled
+            stream = raw_stream(a.device.index)
+            if tmeta:
+                entry(grid[0], 1, 1, stream, *head, *expanded(0, a, tmeta), *expanded(1, b, tmeta),
+                      *expanded(2, c, tmeta), m, n, k, *constexprs)
+            else:
+                entry(grid[0], 1, 1, stream, *head, _descriptor(a, blocks[0]), _descriptor(b, blocks[1]),
+                      _descriptor(c, blocks[2]), m, n, k, *constexprs)
         else:
-            compiled.append(jit(da, db, dc, m, n, k, **meta, num_warps=cfg.warps, num_stages=cfg.stages))
+            kern = jit(_descriptor(a, blocks[0]), _descriptor(b, blocks[1]), _descriptor(c, blocks[2]), m, n, k,
+                       **meta, num_warps=cfg.warps, num_stages=cfg.stages)
+            compiled.extend(_entry(kern))
+            launch.direct = compiled[0] is not kern.run
 
     return launch
 
@@ -61,11 +117,12 @@ def make_tiled_launcher(cfg: TiledConfig, m: int, n: int, k: int):
 
     def launch(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> None:
         if compiled:
-            kern = compiled[0]
-            kern.run(grid[0], 1, 1, raw_stream(a.device.index), kern.function, kern.packed_metadata, None, None,
-                     None, a, b, c, m, n, k, k, n, n, *constexprs)
+            entry, head, _ = compiled
+            entry(grid[0], 1, 1, raw_stream(a.device.index), *head, a, b, c, m, n, k, k, n, n, *constexprs)
         else:
-            compiled.append(jit(a, b, c, m, n, k, k, n, n, **meta, num_warps=cfg.warps, num_stages=cfg.stages))
+            kern = jit(a, b, c, m, n, k, k, n, n, **meta, num_warps=cfg.warps, num_stages=cfg.stages)
+            compiled.extend(_entry(kern))
+            launch.direct = compiled[0] is not kern.run
 
     return launch
 
@@ -119,11 +176,12 @@ def make_splitk_launcher(cfg: SplitKConfig, m: int, n: int, k: int):
         else:
             ws = cnt = c  # unused without a reduction
         if compiled:
-            kern = compiled[0]
-            kern.run(grid[0], grid[1], 1, stream, kern.function, kern.packed_metadata, None, None, None,
-                     a, b, c, ws, cnt, m, n, k, k_chunk, cfg.splits, *constexprs)
+            entry, head, _ = compiled
+            entry(grid[0], grid[1], 1, stream, *head, a, b, c, ws, cnt, m, n, k, k_chunk, cfg.splits, *constexprs)
         else:
-            compiled.append(jit(a, b, c, ws, cnt, m, n, k, k_chunk, cfg.splits, **meta,
-                                num_warps=cfg.warps, num_stages=cfg.stages))
+            kern = jit(a, b, c, ws, cnt, m, n, k, k_chunk, cfg.splits, **meta, num_warps=cfg.warps,
+                       num_stages=cfg.stages)
+            compiled.extend(_entry(kern))
+            launch.direct = compiled[0] is not kern.run
 
     return launch
