@@ -2,13 +2,16 @@
 configuration with little Python overhead."""
 from __future__ import annotations
 
+import os
+
 import torch
 
 from kernelrl.gemm.space import NUM_SMS, SPLITK_MAX_OUTPUT, SplitKConfig, TiledConfig, TritonConfig
 from kernelrl.gemm.streams import PerStream
 
-# Triton releases whose compiled-kernel launcher `_entry` knows (the C entry's arguments differ between releases).
-DIRECT_TRITON = ("3.6",)
+# Triton releases whose compiled-kernel launcher `_entry` knows (the C entry's arguments differ between releases);
+# KERNELRL_GEMM_TRITON_DIRECT=0 keeps every launch on Triton's own `run`.
+DIRECT_TRITON = ("3.6",) if os.environ.get("KERNELRL_GEMM_TRITON_DIRECT", "1") != "0" else ()
 _TENSOR_MAPS = 64  # tensor maps kept per operand of a persistent TMA launcher (one per data pointer seen)
 
 
