@@ -6,6 +6,7 @@ import math
 import shutil
 import statistics
 import subprocess
+import sys
 import types
 
 import pytest
@@ -180,6 +181,21 @@ def test_a_triton_launch_goes_straight_to_the_c_entry_only_where_its_form_is_kno
         (types.SimpleNamespace(run=types.SimpleNamespace(), function=0xF00, packed_metadata=(4, 1, 0)), "3.6.0"),
     ]:
         assert _entry(kern, version) == (kern.run, run_head, None), version
+
+
+def test_two_first_calls_of_a_triton_launcher_leave_one_entry(monkeypatch):
+    from kernelrl.gemm.triton_family import _keep
+
+    monkeypatch.setitem(sys.modules, "triton", types.SimpleNamespace(__version__="3.6.0"))
+    compiled, c_entry = [], _Recorder()
+
+    def launch(a, b, c):
+        pass
+
+    for _ in range(2):  # two threads that both compiled on a first call, both keeping what they got
+        _keep(compiled, launch, _compiled_kernel(c_entry))
+    entry, head, meta = compiled  # what a later call unpacks
+    assert entry is c_entry and launch.direct and meta == ()
 
 
 def test_tiled_names_round_trip_and_a_malformed_one_says_the_form():

@@ -56,6 +56,13 @@ def _entry(kern, version: str | None = None):
     return launch, (kern.function, *flags, kern.packed_metadata, None, None, None), meta
 
 
+def _keep(compiled: list, launch, kern) -> None:
+    """After a launcher's first call: keep `kern`'s entry (`_entry`) in `compiled`, replaced in one step so that
+    two first calls racing leave one entry, and say on `launch` whether it is Triton's C entry."""
+    compiled[:] = _entry(kern)
+    launch.direct = compiled[0] is not kern.run
+
+
 def make_launcher(cfg: TritonConfig, m: int, n: int, k: int, acc_fp16: bool = False):
     """A function (a, b, c) -> None running the Triton kernel for an m x n x k problem into c.
 
@@ -99,8 +106,7 @@ def make_launcher(cfg: TritonConfig, m: int, n: int, k: int, acc_fp16: bool = Fa
         else:
             kern = jit(_descriptor(a, blocks[0]), _descriptor(b, blocks[1]), _descriptor(c, blocks[2]), m, n, k,
                        **meta, num_warps=cfg.warps, num_stages=cfg.stages)
-            compiled.extend(_entry(kern))
-            launch.direct = compiled[0] is not kern.run
+            _keep(compiled, launch, kern)
 
     return launch
 
@@ -124,8 +130,7 @@ def make_tiled_launcher(cfg: TiledConfig, m: int, n: int, k: int):
             entry(grid[0], 1, 1, raw_stream(a.device.index), *head, a, b, c, m, n, k, k, n, n, *constexprs)
         else:
             kern = jit(a, b, c, m, n, k, k, n, n, **meta, num_warps=cfg.warps, num_stages=cfg.stages)
-            compiled.extend(_entry(kern))
-            launch.direct = compiled[0] is not kern.run
+            _keep(compiled, launch, kern)
 
     return launch
 
@@ -184,7 +189,6 @@ def make_splitk_launcher(cfg: SplitKConfig, m: int, n: int, k: int):
         else:
             kern = jit(a, b, c, ws, cnt, m, n, k, k_chunk, cfg.splits, **meta, num_warps=cfg.warps,
                        num_stages=cfg.stages)
-            compiled.extend(_entry(kern))
-            launch.direct = compiled[0] is not kern.run
+            _keep(compiled, launch, kern)
 
     return launch
