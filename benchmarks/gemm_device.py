@@ -7,6 +7,7 @@ Every phase resumes from the committed results, so successive calls continue whe
 from __future__ import annotations
 
 import argparse
+import csv
 import gzip
 import json
 import os
@@ -133,6 +134,10 @@ def main() -> None:
     ap.add_argument("--demote", action="store_true", help="send back to torch.matmul the shapes whose kernel the "
                     "committed benchmark found measurably slower than torch.matmul (tune.demote); implies "
                     "--fresh-bench")
+    ap.add_argument("--demote-consistent", default="", metavar="CSV,CSV,...",
+                    help="send back to torch.matmul the shapes whose kernel was slower than torch.matmul in every one "
+                         "of these benchmark CSVs that ran it, at least 3 (tune.demote_consistent); implies "
+                         "--fresh-bench")
     args = ap.parse_args()
     OUT.mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("TRITON_CACHE_DIR", str(ROOT / ".kernelrl-cache" / "triton"))
@@ -143,7 +148,7 @@ def main() -> None:
         host_overhead()
     from kernelrl.gemm.shapes import Shape, read_shapes
     from kernelrl.gemm.table import from_records, read_records
-    from kernelrl.gemm.tune import augment, demote, redecide, tune
+    from kernelrl.gemm.tune import augment, demote, demote_consistent, redecide, tune
 
     shapes = read_shapes(args.shapes)
     tune_gz = RESULTS / "gemm_tune_h200.jsonl.gz"
@@ -173,10 +178,14 @@ def main() -> None:
             unsearched = redecide(work, shapes, deadline_s=left(args.deadline) - args.bench_reserve - 30, log=log,
                                   tag=args.redecide)
         if args.demote:
-            import csv
-
             with (RESULTS / "gemm_h200.csv").open() as f:
                 log(f"demoted {demote(work, list(csv.DictReader(f)), log=log)} shapes")
+        if args.demote_consistent:
+            runs = []
+            for name in args.demote_consistent.split(","):
+                with Path(name).open() as f:
+                    runs.append(list(csv.DictReader(f)))
+            log(f"demoted {demote_consistent(work, runs, log=log)} shapes slower in all of {len(runs)} benchmarks")
     finally:
         with work.open("rb") as src, gzip.open(OUT / "gemm_tune_h200.jsonl.gz", "wb") as dst:
             shutil.copyfileobj(src, dst)
@@ -205,7 +214,7 @@ def main() -> None:
         csv_path = RESULTS / "gemm_h200.csv"
         work_csv = Path("/tmp/gemm_h200.csv")
         work_csv.unlink(missing_ok=True)
-        if csv_path.is_file() and not (args.fresh_bench or args.demote):
+        if csv_path.is_file() and not (args.fresh_bench or args.demote or args.demote_consistent):
             shutil.copy(csv_path, work_csv)
         disp = Dispatcher(table)
         log(f"bench: the dispatcher {'takes' if disp.uses_fastpath else 'has no'} C++ hot path")

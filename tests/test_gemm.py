@@ -618,6 +618,37 @@ def test_demoting_sends_back_to_torch_only_kernels_the_benchmark_found_measurabl
     assert tn.demote(p, rows) == 0  # done once: nothing left to demote
 
 
+def test_a_winner_no_benchmark_run_put_ahead_of_torch_goes_back_to_torch(tmp_path):
+    from kernelrl.gemm import tune as tn
+    from kernelrl.gemm.table import read_records
+
+    def rec(m, best):
+        return {"m": m, "n": 64, "k": 64, "dtype": "fp16", "best": best, "best_label": best, "best_us": 2.0,
+                "torch_us": 2.2, "torch_rel_err": 2e-4, "best_rel_err": 2e-4, "candidates": {}}
+
+    p = tmp_path / "r.jsonl"
+    p.write_text("".join(json.dumps(rec(m, b)) + "\n" for m, b in
+                         [(64, "tiled:a"), (128, "tiled:b"), (256, "tiled:c"), (512, "tiled:d"), (1024, "torch")]))
+
+    def row(m, kernel, speedup):
+        return {"m": str(m), "n": "64", "k": "64", "dtype": "fp16", "kernel": kernel, "speedup_paired": str(speedup)}
+
+    runs = [[row(64, "tiled:a", 0.99), row(128, "tiled:b", 0.98), row(256, "tiled:c", 0.97), row(512, "tiled:x", 0.9),
+             row(1024, "torch", 0.97)],
+            [row(64, "tiled:a", 0.985), row(128, "tiled:b", 1.01), row(256, "tiled:c", 0.99), row(512, "tiled:x", 0.9),
+             row(1024, "torch", 0.98)],
+            [row(64, "tiled:a", 0.975), row(128, "tiled:b", 0.97), row(512, "tiled:x", 0.9)]]
+    logs = []
+    # 64: below 1 in all three runs; 128: ahead in one; 256: in two runs only; 512: the runs timed another kernel
+    assert tn.demote_consistent(p, runs, log=logs.append) == 1 and "64x64x64" in logs[0] and "3 benchmarks" in logs[0]
+    out = {r["m"]: r for r in read_records(p)}
+    assert out[64]["best"] == "torch" and out[64]["best_us"] == 2.2
+    assert out[64]["demoted"] == {"kernel": "tiled:a", "label": "tiled:a", "benchmark_speedups": [0.99, 0.985, 0.975]}
+    assert [out[m]["best"] for m in (128, 256, 512, 1024)] == ["tiled:b", "tiled:c", "tiled:d", "torch"]
+    assert tn.demote_consistent(p, runs, min_runs=2) == 1  # 256 has its two runs now; 64 is torch already
+    assert tn.demote_consistent(p, runs) == 0
+
+
 def test_redeciding_visits_every_record_once_with_its_runners_up_and_resumes(tmp_path, monkeypatch):
     from kernelrl.gemm import tune as tn
 

@@ -328,6 +328,32 @@ def _rewrite(path: Path, records) -> None:
     tmp.replace(path)
 
 
+def _demote(path: Path, verdicts: dict, log) -> int:
+    """Send back to torch.matmul each recorded shape of `verdicts` ((m, n, k, dtype) -> (kernel, evidence, what
+    to log)) whose record's winner is still that kernel; the record keeps what was demoted and the evidence
+    (`demoted`). Returns the number demoted."""
+    from kernelrl.gemm.table import read_records
+
+    by_key = {(r["m"], r["n"], r["k"], r["dtype"]): r for r in read_records(path)}
+    n = 0
+    for key, (kernel, evidence, why) in verdicts.items():
+        rec = by_key.get(key)
+        if rec is None or rec["best"] == "torch" or rec["best"] != kernel:
+            continue
+        by_key[key] = {**rec, "best": "torch", "best_label": "torch", "best_us": rec["torch_us"],
+                       "best_rel_err": rec["torch_rel_err"],
+                       "demoted": {"kernel": rec["best"], "label": rec.get("best_label", rec["best"]), **evidence}}
+        n += 1
+        log(f"{Shape(*key[:3])} {key[3]}: {rec.get('best_label', rec['best'])} demoted to torch ({why})")
+    if n:
+        _rewrite(path, by_key.values())
+    return n
+
+
+def _row_key(row: dict) -> tuple[int, int, int, str]:
+    return int(row["m"]), int(row["n"]), int(row["k"]), row["dtype"]
+
+
 def demote(path: Path, bench_rows: list[dict], log=print) -> int:
     """Send back to torch.matmul every recorded shape whose benchmark row (`bench.bench_shape`'s CSV row) ran
     the record's winner and found it measurably slower than torch.matmul: the whole 95% interval of torch's
@@ -335,27 +361,34 @@ def demote(path: Path, bench_rows: list[dict], log=print) -> int:
     benchmark are separate runs, and a kernel that won one by a small margin can lose the other. The record
     keeps what was demoted and why (`demoted`); returns the number of shapes demoted. Benchmark afresh
     afterwards: the rows that decided a demotion must not also report its result."""
-    from kernelrl.gemm.table import read_records
-
-    by_key = {(r["m"], r["n"], r["k"], r["dtype"]): r for r in read_records(path)}
-    n = 0
+    verdicts = {}
     for row in bench_rows:
-        key = (int(row["m"]), int(row["n"]), int(row["k"]), row["dtype"])
-        rec = by_key.get(key)
-        if (rec is None or rec["best"] == "torch" or row["kernel"] != rec["best"]
-                or row.get("speedup_ci_hi") in ("", None) or float(row["speedup_ci_hi"]) >= 1.0):
+        if row.get("speedup_ci_hi") in ("", None) or float(row["speedup_ci_hi"]) >= 1.0:
             continue
         interval = [float(row["speedup_ci_lo"]), float(row["speedup_ci_hi"])]
-        by_key[key] = {**rec, "best": "torch", "best_label": "torch", "best_us": rec["torch_us"],
-                       "best_rel_err": rec["torch_rel_err"],
-                       "demoted": {"kernel": rec["best"], "label": rec.get("best_label", rec["best"]),
-                                   "benchmark_speedup_interval": interval}}
-        n += 1
-        log(f"{Shape(*key[:3])} {key[3]}: {rec.get('best_label', rec['best'])} demoted to torch (benchmark: "
-            f"{interval[0]:.3f}-{interval[1]:.3f}x)")
-    if n:
-        _rewrite(path, by_key.values())
-    return n
+        verdicts[_row_key(row)] = (row["kernel"], {"benchmark_speedup_interval": interval},
+                                   f"benchmark: {interval[0]:.3f}-{interval[1]:.3f}x")
+    return _demote(path, verdicts, log)
+
+
+def demote_consistent(path: Path, runs: list[list[dict]], min_runs: int = 3, log=print) -> int:
+    """Send back to torch.matmul every recorded shape whose winner was slower than torch.matmul (paired median
+    speedup below 1) in every benchmark run of `runs` that ran it, and at least `min_runs` ran it. No single
+    run need find it measurably slower (`demote`): a marginal winner that no run puts ahead of torch.matmul
+    gains nothing and can fall below any threshold by noise alone. The record keeps the speedups
+    (`benchmark_speedups`); returns the number of shapes demoted. Benchmark afresh afterwards."""
+    seen: dict[tuple, dict[str, list[float]]] = {}
+    for rows in runs:
+        for row in rows:
+            if row.get("speedup_paired") not in ("", None):
+                seen.setdefault(_row_key(row), {}).setdefault(row["kernel"], []).append(float(row["speedup_paired"]))
+    verdicts = {}
+    for key, by_kernel in seen.items():
+        for kernel, speedups in by_kernel.items():
+            if kernel != "torch" and len(speedups) >= min_runs and max(speedups) < 1.0:
+                verdicts[key] = (kernel, {"benchmark_speedups": speedups},
+                                 f"{len(speedups)} benchmarks: " + ", ".join(f"{x:.3f}x" for x in speedups))
+    return _demote(path, verdicts, log)
 
 
 def done_keys(path: Path) -> set[tuple[int, int, int, str]]:
