@@ -647,6 +647,10 @@ def test_a_winner_no_benchmark_run_put_ahead_of_torch_goes_back_to_torch(tmp_pat
     assert [out[m]["best"] for m in (128, 256, 512, 1024)] == ["tiled:b", "tiled:c", "tiled:d", "torch"]
     assert tn.demote_consistent(p, runs, min_runs=2) == 1  # 256 has its two runs now; 64 is torch already
     assert tn.demote_consistent(p, runs) == 0
+    # runs that timed the record's winner and runs that timed an earlier one: each kernel is judged on its own
+    p.write_text(json.dumps(rec(2048, "tiled:g")) + "\n")
+    two = [[row(2048, "tiled:g", 0.95)], [row(2048, "tiled:old", 0.9)]]
+    assert tn.demote_consistent(p, two, min_runs=1) == 1 and read_records(p)[0]["best"] == "torch"
 
 
 def test_redeciding_visits_every_record_once_with_its_runners_up_and_resumes(tmp_path, monkeypatch):

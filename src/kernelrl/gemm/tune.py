@@ -328,15 +328,15 @@ def _rewrite(path: Path, records) -> None:
     tmp.replace(path)
 
 
-def _demote(path: Path, verdicts: dict, log) -> int:
-    """Send back to torch.matmul each recorded shape of `verdicts` ((m, n, k, dtype) -> (kernel, evidence, what
-    to log)) whose record's winner is still that kernel; the record keeps what was demoted and the evidence
-    (`demoted`). Returns the number demoted."""
+def _demote(path: Path, verdicts: list[tuple], log) -> int:
+    """Send back to torch.matmul each recorded shape of `verdicts` ((m, n, k, dtype), kernel, evidence, what to
+    log) whose record's winner is that kernel; the record keeps what was demoted and the evidence (`demoted`).
+    Returns the number demoted."""
     from kernelrl.gemm.table import read_records
 
     by_key = {(r["m"], r["n"], r["k"], r["dtype"]): r for r in read_records(path)}
     n = 0
-    for key, (kernel, evidence, why) in verdicts.items():
+    for key, kernel, evidence, why in verdicts:
         rec = by_key.get(key)
         if rec is None or rec["best"] == "torch" or rec["best"] != kernel:
             continue
@@ -361,13 +361,13 @@ def demote(path: Path, bench_rows: list[dict], log=print) -> int:
     benchmark are separate runs, and a kernel that won one by a small margin can lose the other. The record
     keeps what was demoted and why (`demoted`); returns the number of shapes demoted. Benchmark afresh
     afterwards: the rows that decided a demotion must not also report its result."""
-    verdicts = {}
+    verdicts = []
     for row in bench_rows:
         if row.get("speedup_ci_hi") in ("", None) or float(row["speedup_ci_hi"]) >= 1.0:
             continue
         interval = [float(row["speedup_ci_lo"]), float(row["speedup_ci_hi"])]
-        verdicts[_row_key(row)] = (row["kernel"], {"benchmark_speedup_interval": interval},
-                                   f"benchmark: {interval[0]:.3f}-{interval[1]:.3f}x")
+        verdicts.append((_row_key(row), row["kernel"], {"benchmark_speedup_interval": interval},
+                         f"benchmark: {interval[0]:.3f}-{interval[1]:.3f}x"))
     return _demote(path, verdicts, log)
 
 
@@ -382,12 +382,10 @@ def demote_consistent(path: Path, runs: list[list[dict]], min_runs: int = 3, log
         for row in rows:
             if row.get("speedup_paired") not in ("", None):
                 seen.setdefault(_row_key(row), {}).setdefault(row["kernel"], []).append(float(row["speedup_paired"]))
-    verdicts = {}
-    for key, by_kernel in seen.items():
-        for kernel, speedups in by_kernel.items():
-            if kernel != "torch" and len(speedups) >= min_runs and max(speedups) < 1.0:
-                verdicts[key] = (kernel, {"benchmark_speedups": speedups},
-                                 f"{len(speedups)} benchmarks: " + ", ".join(f"{x:.3f}x" for x in speedups))
+    verdicts = [(key, kernel, {"benchmark_speedups": speedups},
+                 f"{len(speedups)} benchmarks: " + ", ".join(f"{x:.3f}x" for x in speedups))
+                for key, by_kernel in seen.items() for kernel, speedups in by_kernel.items()
+                if kernel != "torch" and len(speedups) >= min_runs and max(speedups) < 1.0]
     return _demote(path, verdicts, log)
 
 
