@@ -37,7 +37,7 @@ def left(deadline: float) -> float:
     return deadline - (time.perf_counter() - T0)
 
 
-def build() -> None:
+def build(bf16: bool = False) -> None:
     os.environ["KERNELRL_GEMM_BUILD"] = str(BUILD)
     from kernelrl.gemm import build as b
     from kernelrl.gemm import fastpath
@@ -49,8 +49,8 @@ def build() -> None:
         b.build_cublaslt(BUILD, log=log)
     if not b.clusterk_is_current(BUILD):
         b.build_clusterk(BUILD, jobs=16, log=log)
-    if not (BUILD / b.LIB_NAME).is_file():
-        b.build(BUILD, jobs=16, log=log)
+    if not (BUILD / b.LIB_NAME).is_file() or (bf16 and not b.cutlass_is_current(BUILD, bf16=True)):
+        b.build(BUILD, jobs=16, bf16=bf16, log=log)
         with tarfile.open(OUT / "gemm_build.tar.gz", "w:gz") as t:  # carried back so later calls skip the build
             t.add(BUILD / b.LIB_NAME, arcname=b.LIB_NAME)
 
@@ -120,6 +120,14 @@ def main() -> None:
     ap.add_argument("--shapes", default="grid")
     ap.add_argument("--skip-tests", action="store_true")
     ap.add_argument("--bf16-shapes", default="", help="shapes also tuned in bf16 (MxNxK list)")
+    ap.add_argument("--dtype", default="fp16", choices=("fp16", "bf16"),
+                    help="the dtype the shapes are tuned and benchmarked in (bf16: into gemm_h200_bf16.csv)")
+    ap.add_argument("--no-bf16-cutlass", action="store_true",
+                    help="tune bf16 without building the bf16 CUTLASS kernels (shapes the family is not searched on)")
+    ap.add_argument("--skip-bench", action="store_true")
+    ap.add_argument("--seed-dtype", default="", choices=("", "fp16", "bf16"),
+                    help="seed the search with each shape's best kernels recorded in this dtype, and search "
+                         "the families less widely (tune.SEEDED)")
     ap.add_argument("--skip-smoke", action="store_true")
     ap.add_argument("--bench-reserve", type=float, default=0.0, help="seconds kept for benchmarking")
     ap.add_argument("--retune-between", type=float, nargs=2, default=None, metavar=("LO_US", "HI_US"),
@@ -141,16 +149,18 @@ def main() -> None:
     args = ap.parse_args()
     OUT.mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("TRITON_CACHE_DIR", str(ROOT / ".kernelrl-cache" / "triton"))
-    build()
+    build(bf16=args.dtype == "bf16" and not args.no_bf16_cutlass)
     env = environment()
     if not args.skip_smoke:
         smoke()
         host_overhead()
     from kernelrl.gemm.shapes import Shape, read_shapes
     from kernelrl.gemm.table import from_records, read_records
-    from kernelrl.gemm.tune import augment, demote, demote_consistent, redecide, tune
+    from kernelrl.gemm.tune import (SEEDED, TuneOptions, augment, demote, demote_consistent, redecide, seeds_from,
+                                    tune)
 
     shapes = read_shapes(args.shapes)
+    csv_path = RESULTS / ("gemm_h200.csv" if args.dtype == "fp16" else f"gemm_h200_{args.dtype}.csv")
     tune_gz = RESULTS / "gemm_tune_h200.jsonl.gz"
     work = Path("/tmp/gemm_tune_h200.jsonl")
     work.unlink(missing_ok=True)  # a warm machine keeps /tmp: start from the committed records only
@@ -167,7 +177,9 @@ def main() -> None:
         log(f"retuning shapes estimated at {lo:g}-{hi:g} us: {len(kept)} records kept")
     unsearched = 0
     try:
-        tune(shapes, work, "fp16", deadline_s=left(args.deadline) - args.bench_reserve - 30, log=log)
+        seeds = seeds_from(work, args.seed_dtype) if args.seed_dtype else None
+        tune(shapes, work, args.dtype, opt=SEEDED if seeds else TuneOptions(), seeds=seeds,
+             deadline_s=left(args.deadline) - args.bench_reserve - 30, log=log)
         if args.bf16_shapes:
             tune(read_shapes(args.bf16_shapes), work, "bf16",
                  deadline_s=left(args.deadline) - args.bench_reserve - 30, log=log)
@@ -178,7 +190,7 @@ def main() -> None:
             unsearched = redecide(work, shapes, deadline_s=left(args.deadline) - args.bench_reserve - 30, log=log,
                                   tag=args.redecide)
         if args.demote:
-            with (RESULTS / "gemm_h200.csv").open() as f:
+            with csv_path.open() as f:
                 log(f"demoted {demote(work, list(csv.DictReader(f)), log=log)} shapes")
         if args.demote_consistent:
             runs = []
@@ -198,7 +210,7 @@ def main() -> None:
     table.save(OUT / "tuned_h200.json")
     log(f"table: {len(table.entries)} shapes, {len(table.lookup())} not torch")
     tuned = {(r["m"], r["n"], r["k"], r["dtype"]): r for r in records}
-    complete = all((s.m, s.n, s.k, "fp16") in tuned for s in shapes) and not unsearched
+    complete = all((s.m, s.n, s.k, args.dtype) in tuned for s in shapes) and not unsearched
     shutil.copy(OUT / "tuned_h200.json", ROOT / "src" / "kernelrl" / "gemm" / "data" / "tuned_h200.json")
     if complete and not args.skip_tests and left(args.deadline) > 150:
         proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-m", "gpu", "-p", "no:cacheprovider",
@@ -207,22 +219,21 @@ def main() -> None:
         (OUT / "gemm_gpu_tests.log").write_text(proc.stdout + proc.stderr)
         log(f"gpu tests: rc={proc.returncode} {proc.stdout.strip().splitlines()[-1] if proc.stdout else ''}")
         log(proc.stdout[-3000:])
-    if complete and left(args.deadline) > 60:
+    if complete and not args.skip_bench and left(args.deadline) > 60:
         from kernelrl.gemm.bench import bench
         from kernelrl.gemm.dispatch import Dispatcher
 
-        csv_path = RESULTS / "gemm_h200.csv"
-        work_csv = Path("/tmp/gemm_h200.csv")
+        work_csv = Path("/tmp") / csv_path.name
         work_csv.unlink(missing_ok=True)
         if csv_path.is_file() and not (args.fresh_bench or args.demote or args.demote_consistent):
             shutil.copy(csv_path, work_csv)
         disp = Dispatcher(table)
         log(f"bench: the dispatcher {'takes' if disp.uses_fastpath else 'has no'} C++ hot path")
         try:
-            bench(shapes, tuned, disp, work_csv, deadline_s=left(args.deadline) - 20, log=log)
+            bench(shapes, tuned, disp, work_csv, args.dtype, deadline_s=left(args.deadline) - 20, log=log)
         finally:
             if work_csv.is_file():
-                shutil.copy(work_csv, OUT / "gemm_h200.csv")
+                shutil.copy(work_csv, OUT / csv_path.name)
     log("done")
 
 

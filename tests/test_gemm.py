@@ -97,7 +97,48 @@ def test_cutlass_search_skips_launch_bound_shapes_and_swizzles_only_many_waves()
     assert any(v.config.pingpong and v.config.cm * v.config.cn == 2 for v in big_names)
     opt = TuneOptions()
     assert FAMILY_CANDIDATES["cutlass"](big, "fp16", opt) == [v.name for v in cutlass_candidates(big, 10)]
-    assert FAMILY_CANDIDATES["cutlass"](big, "bf16", opt) == []  # the library is built for fp16 only
+
+
+def test_cutlass_bf16_kernels_are_searched_only_where_the_library_holds_them(monkeypatch):
+    from kernelrl.gemm import tune as tn
+
+    big = Shape(8192, 8192, 8192)
+    monkeypatch.setattr(tn, "_cutlass_has_bf16", lambda: False)
+    assert tn.FAMILY_CANDIDATES["cutlass"](big, "bf16", tn.TuneOptions()) == []
+    monkeypatch.setattr(tn, "_cutlass_has_bf16", lambda: True)
+    assert tn.FAMILY_CANDIDATES["cutlass"](big, "bf16", tn.TuneOptions()) == [
+        v.name for v in cutlass_candidates(big, 10)]
+    monkeypatch.undo()
+    from kernelrl.gemm import native
+
+    monkeypatch.setattr(native, "search_dirs", lambda: [])  # no library at all: no bf16 kernels, no error
+    native.load.cache_clear()
+    try:
+        assert tn._cutlass_has_bf16() is False
+    finally:
+        native.load.cache_clear()
+
+
+def test_the_build_knows_whether_its_cutlass_library_holds_the_bf16_kernels(tmp_path):
+    import os
+
+    from kernelrl.gemm import build as b
+
+    configs = CUTLASS_CONFIGS[:2]
+    digest = b._digest(b.SOURCE)
+    for c in configs:
+        (tmp_path / f"{c.symbol}.{digest}.o").write_bytes(b"")
+    lib = tmp_path / b.LIB_NAME
+    lib.write_bytes(b"")
+    assert b.cutlass_is_current(tmp_path, configs) and not b.cutlass_is_current(tmp_path, configs, bf16=True)
+    for c in configs:
+        (tmp_path / f"{c.symbol}_bf16.{digest}.o").write_bytes(b"")
+    os.utime(lib, (1, 1))  # objects newer than the library: it was linked without them
+    assert not b.cutlass_is_current(tmp_path, configs, bf16=True)
+    os.utime(lib, None)
+    assert b.cutlass_is_current(tmp_path, configs, bf16=True)
+    (tmp_path / f"{configs[1].symbol}.{digest}.o").unlink()
+    assert not b.cutlass_is_current(tmp_path, configs)
 
 
 def test_split_k_names_round_trip_and_a_malformed_one_says_the_form():
@@ -587,6 +628,55 @@ def test_adding_a_family_searches_only_shapes_it_has_candidates_for_and_resumes(
         tn.augment(p, "triton")
 
 
+def test_seeds_are_a_records_winner_then_its_fastest_candidates_that_launch_by_name():
+    from kernelrl.gemm.tune import seed_names
+
+    rec = {"best": "cublaslt:0badc0de", "candidates": {
+        "torch": {"us": 1.0}, "cublaslt#3": {"us": 1.1},  # rank-only cuBLASLt names cannot be launched again
+        "tiled:64x64x64_s3_w4": {"us": 1.3}, "clusterk:64x64x128_s4_w4_tma/c4": {"us": 1.2},
+        "cutlass:pp_128x128x64_c1x1_p/auto_r0_s1": {"ok": False, "why": "mismatch"},  # failed: not timed
+        "cublaslt:0badc0de": {"us": 1.25}, "triton:128x128x64_s4_w8": {"us": 1.4}}}
+    assert seed_names(rec, 3) == ["cublaslt:0badc0de", "clusterk:64x64x128_s4_w4_tma/c4", "tiled:64x64x64_s3_w4"]
+    assert seed_names({**rec, "best": "torch"}, 2) == ["clusterk:64x64x128_s4_w4_tma/c4", "cublaslt:0badc0de"]
+    assert seed_names({"best": "torch", "candidates": {}}) == []
+
+
+def test_a_search_seeded_from_another_dtype_times_the_seeds_first(tmp_path, monkeypatch):
+    from kernelrl.gemm import tune as tn
+
+    def rec(m, dtype, best, us):
+        return {"m": m, "n": 64, "k": 64, "dtype": dtype, "best": best,
+                "candidates": {best: {"us": us}, "tiled:32x32x64_s3_w1": {"us": us + 1}}}
+
+    p = tmp_path / "r.jsonl"
+    p.write_text("".join(json.dumps(r) + "\n" for r in [
+        rec(64, "fp16", "tiled:64x64x64_s3_w4", 2.0), rec(64, "fp16", "tiled:64x64x128_s3_w4", 1.5),  # last counts
+        rec(128, "fp16", "clusterk:64x64x64_s4_w4/c2", 2.5), rec(64, "bf16", "tiled:other", 9.0)]))
+    seeds = tn.seeds_from(p, "fp16")
+    assert seeds == {(64, 64, 64): ["tiled:64x64x128_s3_w4", "tiled:32x32x64_s3_w1"],
+                     (128, 64, 64): ["clusterk:64x64x64_s4_w4/c2", "tiled:32x32x64_s3_w1"]}
+    with pytest.raises(ValueError, match="dtype 'fp32' to seed from"):
+        tn.seeds_from(p, "fp32")
+    # the seeds come right after torch.matmul, once each, before the families' own candidates (no GPU here:
+    # the cuBLASLt family is unavailable and says so)
+    names, _, _ = tn.candidates(Shape(64, 64, 64), torch.bfloat16, tn.SEEDED,
+                                seeds=("tiled:64x64x128_s3_w4", "tiled:64x64x64_s3_w4"))
+    assert names[:3] == ["torch", "tiled:64x64x128_s3_w4", "tiled:64x64x64_s3_w4"]
+    assert len(names) == len(set(names)) and any(n.startswith("tiled:") for n in names[3:])
+    timed = []
+
+    def fake_tune_shape(s, dtype, opt, seeds=()):  # stands in for the GPU measurement only
+        timed.append(((s.m, s.n, s.k), dtype, opt, seeds))
+        return {"m": s.m, "n": s.n, "k": s.k, "dtype": "bf16", "torch_us": 2.0, "best": "torch", "best_us": 2.0,
+                "seconds": 0.1}
+
+    monkeypatch.setattr(tn, "tune_shape", fake_tune_shape)
+    out = tmp_path / "bf16.jsonl"
+    assert tn.tune([Shape(64, 64, 64), Shape(256, 64, 64)], out, "bf16", tn.SEEDED, seeds=seeds, log=lambda m: None) == 2
+    assert timed == [((64, 64, 64), torch.bfloat16, tn.SEEDED, ("tiled:64x64x128_s3_w4", "tiled:32x32x64_s3_w1")),
+                     ((256, 64, 64), torch.bfloat16, tn.SEEDED, ())]  # a shape without a seeding record: none
+
+
 def test_demoting_sends_back_to_torch_only_kernels_the_benchmark_found_measurably_slower(tmp_path):
     from kernelrl.gemm import tune as tn
     from kernelrl.gemm.table import from_records, read_records
@@ -867,7 +957,14 @@ def test_a_benchmark_file_with_other_columns_is_not_appended_to(tmp_path):
 
 def test_report_says_when_a_goal_is_not_met(tmp_path):
     md = markdown(read_rows(_csv(tmp_path, speedup=1.01)))
-    assert "**not met**" in md and "1.010" in md
+    assert "**not met**" in md and "1.010" in md and "fp16 in" in md
+
+
+def test_report_names_the_dtype_the_file_measured(tmp_path):
+    rows = read_rows(_csv(tmp_path, speedup=1.01))
+    for r in rows:
+        r["dtype"] = "bf16"
+    assert "bf16 in, fp32 accumulate" in markdown(rows)
 
 
 def test_report_writes_markdown_and_plots(tmp_path):
@@ -895,6 +992,16 @@ def test_cli_rejects_a_malformed_shape_list():
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message shown without a GPU")
+def test_cli_tune_refuses_to_seed_a_dtype_from_itself_or_from_no_records(tmp_path):
+    r = runner.invoke(app, ["tune", "--shapes", "64x64x64", "--dtype", "bf16", "--seed-dtype", "bf16"])
+    assert r.exit_code == 2 and "another dtype" in r.output
+    r = runner.invoke(app, ["tune", "--shapes", "64x64x64", "--dtype", "bf16", "--seed-dtype", "fp16",
+                            "--results", str(tmp_path / "none.jsonl")])
+    assert r.exit_code == 2 and "no records" in r.output
+    r = runner.invoke(app, ["bench", "--shapes", "64x64x64", "--dtype", "fp32"])
+    assert r.exit_code == 2 and "use fp16 or bf16" in r.output
+
+
 def test_cli_tune_without_a_gpu_says_where_to_run_it():
     r = runner.invoke(app, ["tune", "--shapes", "64x64x64"])
     assert r.exit_code == 2 and "no CUDA device" in r.output

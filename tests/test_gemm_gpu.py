@@ -79,13 +79,18 @@ def test_a_triton_launcher_takes_the_c_entry_and_stays_correct_as_its_operands_m
 
 
 @hopper
-def test_every_cutlass_configuration_and_decomposition_is_correct():
-    a, b = chk.random_inputs(384, 256, 4096)
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_every_cutlass_configuration_and_decomposition_is_correct(dtype):
+    from kernelrl.gemm.cutlass import built_for
+
+    if not built_for(dtype):
+        pytest.skip("the CUTLASS library was built without bf16 kernels (`kernelrl gemm build --bf16`)")
+    a, b = chk.random_inputs(384, 256, 4096, dtype)
     ref = chk.reference(a, b)
     variants = [CutlassVariant(c, decomposition=1 if c.streamk else 0) for c in CUTLASS_CONFIGS]
     variants += [CutlassVariant(CUTLASS_CONFIGS[0], decomposition=d, splits=s) for d, s in ((2, 4), (3, 1))]
     for v in variants:
-        res = chk.check(make_launcher(v.name, 384, 256, 4096), a, b, ref)
+        res = chk.check(make_launcher(v.name, 384, 256, 4096, dtype), a, b, ref)
         assert res.ok, (v.name, res.reason)
 
 
@@ -272,6 +277,25 @@ def test_a_tuned_shape_records_the_enumerated_cublaslt_candidates_and_a_correct_
     assert all(rec["candidates"][k]["ok"] for k in enumerated), {k: rec["candidates"][k] for k in enumerated}
     assert rec["best_label"] in rec["candidates"] and rec["candidates"][rec["best_label"]]["ok"]
     assert rec["best_us"] <= rec["torch_us"] and rec["best_rel_err"] <= 2 * rec["torch_rel_err"]
+
+
+def test_a_bf16_search_seeded_with_fp16_winners_times_them_and_keeps_a_correct_winner():
+    from kernelrl.gemm import cublaslt
+    from kernelrl.gemm.tune import SEEDED, tune_shape
+
+    s = Shape(256, 256, 4096)
+    fp16_algo = cublaslt.heuristics(s.m, s.n, s.k, torch.float16, count=1)[0].name  # checked afresh for bf16
+    seeds = ("clusterk:64x64x64_s5_w4_tma/c8", "tiled:64x64x128_s3_w4", fp16_algo)
+    rec = tune_shape(s, torch.bfloat16, SEEDED, seeds)
+    assert rec["dtype"] == "bf16" and rec["seeds"] == list(seeds)
+    for name in seeds[:2]:  # the seeds were checked and timed in bf16
+        assert rec["candidates"][name]["ok"] and rec["candidates"][name]["us"] > 0, rec["candidates"][name]
+    assert rec["best_label"] in rec["candidates"] and rec["best_rel_err"] <= 2 * rec["torch_rel_err"]
+    assert rec["best_us"] <= rec["torch_us"]
+    winner = make_launcher(rec["best"], s.m, s.n, s.k, torch.bfloat16) if rec["best"] != "torch" else None
+    if winner is not None:
+        a, b = chk.random_inputs(s.m, s.n, s.k, torch.bfloat16)
+        assert chk.check(winner, a, b, chk.reference(a, b)).ok
 
 
 def test_a_benchmark_row_has_every_column_and_paired_speedups_that_agree_with_its_times():

@@ -92,6 +92,15 @@ def build(build_dir: Path = DEFAULT_BUILD_DIR, configs=CUTLASS_CONFIGS, jobs: in
     return _compile_and_link(objects, SOURCE, LIB_NAME, build_dir, jobs, log)
 
 
+def cutlass_is_current(build_dir: Path = DEFAULT_BUILD_DIR, configs=CUTLASS_CONFIGS, bf16: bool = False) -> bool:
+    """Whether `build_dir` holds the CUTLASS library linked from the current source's objects (with the bf16
+    kernels too, if `bf16`)."""
+    lib = build_dir / LIB_NAME
+    stems = [f"{cfg.symbol}{suffix}" for cfg in configs for suffix in (("", "_bf16") if bf16 else ("",))]
+    objs = [build_dir / f"{stem}.{_digest(SOURCE)}.o" for stem in stems]
+    return lib.is_file() and all(o.is_file() and o.stat().st_mtime <= lib.stat().st_mtime for o in objs)
+
+
 def clusterk_command(cfg: ClusterKConfig, macros: dict[str, int | str] | None = None) -> list[str]:
     """The nvcc command (up to `-o`) that compiles one cluster split-K configuration, fp16 and bf16; `macros`
     override or add to the configuration's (the probe's variants). The wgmma main loop takes its layouts, MMA

@@ -48,14 +48,21 @@ def tune(
     results: Path = typer.Option(DEFAULT_RECORDS, help="per-shape records (JSONL, .gz allowed); resumed"),
     table: Path = typer.Option(None, help="write the tuned table here (default: the committed table)"),
     deadline: float = typer.Option(math.inf, help="stop after this many seconds (rerun to resume)"),
+    seed_dtype: str = typer.Option(None, help="seed each shape's search with its best kernels recorded in this "
+                                              "dtype (fp16 or bf16) and search the families less widely"),
 ):
     """Search every family's pruned candidates per shape; append records; write the table."""
     from kernelrl.gemm.table import DEFAULT_TABLE, from_records, read_records
-    from kernelrl.gemm.tune import plain_results
+    from kernelrl.gemm.tune import SEEDED, TuneOptions, plain_results, seeds_from
     from kernelrl.gemm.tune import tune as run_tune
 
-    if dtype not in ("fp16", "bf16"):
-        fail(f"dtype {dtype!r}: use fp16 or bf16")
+    for given in (dtype, seed_dtype):
+        if given not in ("fp16", "bf16", None):
+            fail(f"dtype {given!r}: use fp16 or bf16")
+    if seed_dtype == dtype:
+        fail(f"--seed-dtype {seed_dtype} seeds a search in another dtype than the one it tunes (--dtype)")
+    if seed_dtype and not Path(results).is_file():
+        fail(f"--seed-dtype {seed_dtype}: no records at {results} to seed from")
     todo = _shapes(shapes)
     _need_cuda("tune")
     import torch
@@ -63,7 +70,9 @@ def tune(
     from kernelrl.gemm import cublaslt
 
     with plain_results(results) as work:
-        n = run_tune(todo, work, dtype, deadline_s=deadline, log=out.print)
+        seeds = seeds_from(work, seed_dtype) if seed_dtype else None
+        n = run_tune(todo, work, dtype, opt=SEEDED if seeds else TuneOptions(), deadline_s=deadline,
+                     log=out.print, seeds=seeds)
         records = read_records(work)
     meta = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
             "cublaslt_version": cublaslt.version(), "source": str(results), "shapes": len(records)}
@@ -81,19 +90,22 @@ def bench(
     csv_out: Path = typer.Option(DEFAULT_CSV, "--out", help="CSV, one row per shape; resumed"),
     deadline: float = typer.Option(math.inf, help="stop after this many seconds (rerun to resume)"),
     report: bool = typer.Option(True, help="write the markdown report and plots next to the CSV"),
+    dtype: str = typer.Option("fp16", help="fp16 or bf16"),
 ):
     """Time kernelrl.gemm.matmul, torch.matmul and cuBLASLt (heuristic, autotuned) in every mode."""
     from kernelrl.gemm.bench import bench as run_bench
     from kernelrl.gemm.dispatch import Dispatcher
     from kernelrl.gemm.table import DEFAULT_TABLE, Table, read_records
 
+    if dtype not in ("fp16", "bf16"):
+        fail(f"dtype {dtype!r}: use fp16 or bf16")
     todo = _shapes(shapes)
     if not Path(results).is_file():
         fail(f"no tuning records at {results}: run `kernelrl gemm tune` first")
     _need_cuda("bench")
     recs = {(r["m"], r["n"], r["k"], r["dtype"]): r for r in read_records(results)}
     disp = Dispatcher(Table.load(table or DEFAULT_TABLE))
-    n = run_bench(todo, recs, disp, csv_out, deadline_s=deadline, log=out.print)
+    n = run_bench(todo, recs, disp, csv_out, dtype, deadline_s=deadline, log=out.print)
     out.print(f"benchmarked {n} shapes into {csv_out}")
     if report:
         from kernelrl.gemm.report import write_report

@@ -6,7 +6,7 @@ import ctypes
 import torch
 
 from kernelrl.gemm.native import cutlass_lib
-from kernelrl.gemm.space import CutlassVariant
+from kernelrl.gemm.space import CUTLASS_CONFIGS, CutlassVariant
 from kernelrl.gemm.streams import plan_launcher
 
 _vp, _i, _sz = ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t
@@ -32,6 +32,14 @@ def _fns(variant: CutlassVariant, dtype: torch.dtype):
     ws.restype = _sz
     can.argtypes = [_i] * 7
     return run, ws, can
+
+
+def built_for(dtype: torch.dtype) -> bool:
+    """Whether the built library holds every configuration's kernels for `dtype` (bf16 ones are built only on
+    request: `kernelrl gemm build --bf16`); raises FileNotFoundError where there is no library."""
+    lib = cutlass_lib()
+    suffix = "_bf16" if dtype == torch.bfloat16 else ""
+    return all(hasattr(lib, f"{c.symbol}{suffix}_plan") for c in CUTLASS_CONFIGS)
 
 
 def _rt(v: CutlassVariant) -> tuple[int, int, int, int]:

@@ -159,9 +159,10 @@ def markdown(rows: list[dict], plots: list[Path] = ()) -> str:
     s = summarise(rows)
     met = s.goal_met()
     ok = lambda b: "met" if b else "**not met**"
+    dtypes = "/".join(sorted({r.get("dtype") or "fp16" for r in rows}))
     lines = [
         "# HGEMM on the H200: kernelrl.gemm.matmul against torch.matmul and cuBLASLt", "",
-        f"{s.shapes} shapes, fp16 in, fp32 accumulate; device time by CUDA-graph replay unless stated.", "",
+        f"{s.shapes} shapes, {dtypes} in, fp32 accumulate; device time by CUDA-graph replay unless stated.", "",
         "| goal | target | measured | |", "|---|---|---|---|",
         f"| geomean speedup vs torch.matmul | >= {GOALS['vs_torch']} | {s.vs_torch:.3f} | {ok(met['vs_torch'])} |",
         f"| geomean speedup vs cuBLASLt autotune | >= {GOALS['vs_autotune']} | {s.vs_autotune:.3f} | "

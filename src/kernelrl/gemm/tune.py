@@ -68,11 +68,33 @@ def estimate_torch_us(s: Shape) -> float:
     return roofline_us(s)
 
 
-def candidates(s: Shape, dtype: torch.dtype, opt: TuneOptions, stats: dict | None = None
-               ) -> tuple[list[str], list[str], set[str]]:
+# How hard a search seeded from another dtype's records looks on its own (`tune(..., seeds=...)`): the
+# cuBLASLt baselines in full, each other family's few best by the cost model, no enumerated cuBLASLt space and
+# no Triton split-K (it won no fp16 shape); the seeds carry what the full search found for the same shape.
+SEEDED = TuneOptions(lt_enum_top=0, splitk_top=0, triton_top=2, tiled_top=6, clusterk_top=6,
+                     clusterk_grouped_top=2, cutlass_top=4)
+SEEDS_PER_SHAPE = 4  # a seeding record's winner plus its fastest few other launchable candidates
+
+
+def seed_names(record: dict, top: int = SEEDS_PER_SHAPE) -> list[str]:
+    """Candidates worth timing first for the same shape in another dtype: `record`'s winner and its fastest
+    other candidates that can be launched by name (cuBLASLt algorithms recorded by heuristic rank only cannot;
+    torch.matmul is always timed anyway), at most `top` in all. The names hold no dtype: every family builds
+    fp16 and bf16 kernels, and a cuBLASLt algorithm that does not exist for the other dtype fails its check
+    like any candidate that cannot run."""
+    timed = sorted((r["us"], name) for name, r in record.get("candidates", {}).items()
+                   if r.get("us") is not None and ":" in name and name != "torch")
+    names = [record["best"]] if record.get("best") not in (None, "torch") else []
+    names += [name for _, name in timed if name not in names]
+    return names[:top]
+
+
+def candidates(s: Shape, dtype: torch.dtype, opt: TuneOptions, stats: dict | None = None,
+               seeds: tuple[str, ...] = ()) -> tuple[list[str], list[str], set[str]]:
     """(all candidate names, the cuBLASLt autotune baseline's names, the names from the enumerated cuBLASLt
-    space) for one shape; `stats` gets the size of that space and the checks it took."""
-    names = ["torch"]
+    space) for one shape; `seeds` are timed too (e.g. `seed_names` of another dtype's record); `stats` gets
+    the size of that space and the checks it took."""
+    names = ["torch", *seeds]
     lt_names: list[str] = []
     enumerated: set[str] = set()
     try:
@@ -111,11 +133,12 @@ def candidates(s: Shape, dtype: torch.dtype, opt: TuneOptions, stats: dict | Non
     return out, lt_names, enumerated
 
 
-def tune_shape(s: Shape, dtype: torch.dtype, opt: TuneOptions = TuneOptions()) -> dict:
-    """Check and time every candidate for one shape; returns the JSON-able record."""
+def tune_shape(s: Shape, dtype: torch.dtype, opt: TuneOptions = TuneOptions(), seeds: tuple[str, ...] = ()
+               ) -> dict:
+    """Check and time every candidate (and every one of `seeds`) for one shape; returns the JSON-able record."""
     t_start = time.perf_counter()
-    stats: dict = {}
-    names, lt_names, enumerated = candidates(s, dtype, opt, stats)
+    stats: dict = {"seeds": list(seeds)} if seeds else {}
+    names, lt_names, enumerated = candidates(s, dtype, opt, stats, tuple(seeds))
     lt_rank = {}  # cuBLASLt blob -> "cublaslt#<i>" (heuristic or split-K) or "cublaslt#<i>e" (enumerated)
     for name in names:
         if name.startswith("cublaslt:"):
@@ -249,10 +272,20 @@ FAMILY_CANDIDATES = {
     "tiled": lambda s, dtype, opt: [c.name for c in tiled_candidates(s, opt.tiled_top)],
     "clusterk": lambda s, dtype, opt: [c.name for c in clusterk_candidates(s, opt.clusterk_top,
                                                                           opt.clusterk_grouped_top)],
-    # the CUTLASS library is built for fp16 only
+    # bf16 CUTLASS kernels are built only on request (`kernelrl gemm build --bf16`)
     "cutlass": lambda s, dtype, opt: ([v.name for v in cutlass_candidates(s, opt.cutlass_top)]
-                                      if dtype == "fp16" else []),
+                                      if dtype == "fp16" or _cutlass_has_bf16() else []),
 }
+
+
+def _cutlass_has_bf16() -> bool:
+    """Whether the CUTLASS library found holds the bf16 kernels (False where there is no library)."""
+    from kernelrl.gemm.cutlass import built_for
+
+    try:
+        return built_for(torch.bfloat16)
+    except (OSError, FileNotFoundError):
+        return False
 
 
 def augment(path: Path, family: str, shapes: list[Shape] | None = None, opt: TuneOptions = TuneOptions(),
@@ -404,9 +437,11 @@ def done_keys(path: Path) -> set[tuple[int, int, int, str]]:
 
 
 def tune(shapes: list[Shape], out: Path, dtype: str = "fp16", opt: TuneOptions = TuneOptions(),
-         deadline_s: float = math.inf, log=print) -> int:
-    """Tune every shape not yet in `out` (cheapest first) until done or `deadline_s` seconds pass."""
+         deadline_s: float = math.inf, log=print, seeds: dict[tuple[int, int, int], list[str]] | None = None) -> int:
+    """Tune every shape not yet in `out` (cheapest first) until done or `deadline_s` seconds pass; `seeds`
+    gives shapes ((m, n, k)) candidates to time besides the search's own (see `seeds_from`)."""
     t0 = time.perf_counter()
+    seeds = seeds or {}
     done = done_keys(out)
     todo = sorted((s for s in shapes if (s.m, s.n, s.k, dtype) not in done), key=estimate_torch_us)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -416,13 +451,25 @@ def tune(shapes: list[Shape], out: Path, dtype: str = "fp16", opt: TuneOptions =
             if time.perf_counter() - t0 + 3 * estimate_torch_us(s) * 80 / 1e6 > deadline_s:
                 log(f"deadline reached: {len(todo) - n} shapes left for the next run")
                 break
-            rec = tune_shape(s, DTYPE_NAMES[dtype], opt)
+            rec = tune_shape(s, DTYPE_NAMES[dtype], opt, tuple(seeds.get((s.m, s.n, s.k), ())))
             f.write(json.dumps(rec) + "\n")
             f.flush()
             n += 1
             log(f"{s} {dtype}: torch {rec['torch_us']:.2f}us best {rec['best']} {rec['best_us']:.2f}us "
                 f"({rec['torch_us'] / rec['best_us']:.3f}x) [{rec['seconds']:.1f}s]")
     return n
+
+
+def seeds_from(path: Path, dtype: str, top: int = SEEDS_PER_SHAPE) -> dict[tuple[int, int, int], list[str]]:
+    """(m, n, k) -> `seed_names` of every shape's last record in `dtype` in the results file `path`: what a
+    search in another dtype should time first. A shape's best kernels are much the same in fp16 and bf16 (the
+    same tensor-core rate, the same bytes), so seeding a second dtype with the first one's finds its winners
+    with a fraction of the search (`SEEDED`)."""
+    from kernelrl.gemm.table import read_records
+
+    if dtype not in DTYPE_NAMES:
+        raise ValueError(f"dtype {dtype!r} to seed from: one of {sorted(DTYPE_NAMES)}")
+    return {(r["m"], r["n"], r["k"]): seed_names(r, top) for r in read_records(path) if r["dtype"] == dtype}
 
 
 @contextlib.contextmanager
