@@ -19,8 +19,10 @@ smallk: on the shapes with a K of at most `--smallk-max-k` (the output write dom
         then timed interleaved with torch.matmul, its control and the committed dispatch.
 host:   host time of one eager call, torch.matmul against the dispatch on each family's smallest shape, and
         of the pieces of the dispatch's hot path.
+capacity: clusters of every size (powers of two and the sizes that fill a wave) that the GPU places at once,
+        for every cluster split-K tile (cluster_capacity.txt): the cost model's `CLUSTER_WAVE_BLOCKS`.
 
-    python3 benchmarks/gemm_probe.py [--parts floor,tiled,noise,clusterk,clusterk_ab,smallk,host] [--deadline S]
+    python3 benchmarks/gemm_probe.py [--parts floor,tiled,noise,clusterk,clusterk_ab,smallk,host,capacity] [--deadline S]
     python3 benchmarks/gemm_probe.py --summarise benchmarks/results/gemm_runs/probe_floor_tiled_noise.json
 """
 from __future__ import annotations
@@ -624,6 +626,33 @@ def part_clusterk_ab(res: dict, deadline: float, rev: str) -> None:
             + (f"; failed {failed}" if failed else ""))
 
 
+def part_capacity(res: dict) -> None:
+    """Clusters of each size that the GPU places at once, for every compiled cluster split-K tile (CUDA's
+    occupancy calculator through the library), one cluster per tile and (powers of two) several; written to
+    cluster_capacity.txt as `<tile> resident <blocks per SM> smem <bytes> <size>:<clusters> ...`."""
+    import torch
+
+    from kernelrl.gemm.clusterk import max_active_clusters
+    from kernelrl.gemm.space import CLUSTERK_FILL_SPLITS, CLUSTERK_TILES
+
+    sizes = sorted((2, 4, 8, 16) + CLUSTERK_FILL_SPLITS)
+    lines, res["capacity"] = [], {}
+    for tile in CLUSTERK_TILES:
+        got = {}
+        for s in sizes:
+            for groups in ((1, 2) if not s & (s - 1) else (1,)):
+                per = {dt: max_active_clusters(tile.with_splits(s, groups), dt)
+                       for dt in (torch.float16, torch.bfloat16)}
+                got[f"{s}" + (f"g{groups}" if groups > 1 else "")] = per[torch.float16]
+                if per[torch.bfloat16] != per[torch.float16]:
+                    got[f"{s}g{groups}_bf16"] = per[torch.bfloat16]
+        res["capacity"][tile.variant] = got
+        lines.append(f"{tile.variant} resident {tile.resident} smem {tile.smem_bytes} "
+                     + " ".join(f"{k}:{v}" for k, v in got.items()))
+    (OUT / "cluster_capacity.txt").write_text("\n".join(lines) + "\n")
+    log(f"capacity of {len(lines)} tiles written to cluster_capacity.txt")
+
+
 def summarise(res: dict) -> list[str]:
     """The figures the findings quote from a probe's JSON: the tiled kernel's reach and the timing spread."""
     from kernelrl.gemm.shapes import Shape
@@ -737,6 +766,8 @@ def main() -> None:
             part_clusterk_ab(res, args.deadline, args.ab_rev)
         if "host" in parts:
             part_host(res)
+        if "capacity" in parts:
+            part_capacity(res)
         if "smallk" in parts:
             part_smallk(res, args.deadline, args.smallk_min_us, args.smallk_max_k)
     finally:

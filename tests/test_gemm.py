@@ -286,9 +286,12 @@ def test_cluster_split_k_names_round_trip_and_a_bad_one_says_what_is_wrong():
     # each group's fp32 sum of every output tile: 2 x 2 tiles of 64x64, 16 groups
     assert grouped.workspace_bytes(Shape(128, 100, 4096)) == 4 * 16 * 64 * 64 * 4
     assert grouped.with_splits(8).workspace_bytes(Shape(128, 100, 4096)) == 0
-    for bad in ("clusterk:64x64x64_s4_w4/c1", "clusterk:64x64x64_s4_w4/c32", "clusterk:64x64x64_s4_w4/c6"):
-        with pytest.raises(ValueError, match="a power of two from 2 to 16"):
+    for bad in ("clusterk:64x64x64_s4_w4/c1", "clusterk:64x64x64_s4_w4/c32", "clusterk:64x64x64_s4_w4/c9",
+                "clusterk:64x64x64_s4_w4/c12", "clusterk:64x64x128_s6_w4_tma/c6g2"):
+        with pytest.raises(ValueError, match="a power of two from 2 to 16, or one of .3, 5, 6, 7. with one cluster"):
             ClusterKConfig.parse(bad)
+    for s in (3, 5, 6, 7):  # cluster sizes that fill a wave: one cluster per tile
+        assert ClusterKConfig.parse(f"clusterk:64x64x128_s6_w4_tma/c{s}").splits == s
     with pytest.raises(KeyError, match="unknown cluster split-K configuration"):
         ClusterKConfig.parse("clusterk:32x32x64_s4_w4/c2")  # not compiled
     with pytest.raises(KeyError, match="unknown cluster split-K configuration"):
@@ -356,6 +359,28 @@ def test_groups_of_clusters_are_searched_where_one_cluster_per_tile_leaves_sms_i
     assert clusterk_grouped_candidates(Shape(64, 64, 256)) == []  # a shallow K
 
 
+def test_cluster_sizes_that_fill_a_wave_are_searched_where_no_power_of_two_splits_k_as_far():
+    from kernelrl.gemm.space import CLUSTERK_FILL_SPLITS, cluster_wave_blocks, clusterk_fill_candidates
+
+    shape = Shape(512, 256, 4096)  # 16 tiles of 128x64: clusters of 8 run two waves (15 at once), of 4 one
+    cands = clusterk_fill_candidates(shape, 8)
+    assert cands and len(cands) <= 8 and all(c.main_loop in ("wg", "tma") and c.groups == 1 for c in cands)
+    for c in cands:
+        tiles = math.ceil(shape.m / c.bm) * math.ceil(shape.n / c.bn)
+        assert c.splits in CLUSTERK_FILL_SPLITS and tiles * c.splits <= cluster_wave_blocks(c.splits, c.resident)
+        # a larger split than every power of two whose clusters all fit one wave
+        assert all(tiles * p > cluster_wave_blocks(p, c.resident) or p < c.splits for p in (2, 4, 8, 16)
+                   if shape.k >= p * c.bk)
+        assert ClusterKConfig.parse(c.name) == c
+    assert len(clusterk_fill_candidates(shape, 2)) == 2 and clusterk_fill_candidates(shape, 0) == []
+    assert clusterk_fill_candidates(Shape(4096, 4096, 4096)) == []  # many output tiles: not the family's shapes
+    assert clusterk_fill_candidates(Shape(256, 256, 256)) == []  # K too shallow
+    from kernelrl.gemm.tune import FAMILY_CANDIDATES, TuneOptions
+
+    names = FAMILY_CANDIDATES["clusterk"](shape, "fp16", TuneOptions())
+    assert [c.name for c in clusterk_fill_candidates(shape, TuneOptions().clusterk_fill_top)] == names[-4:]
+
+
 def test_groups_that_fill_the_wave_are_searched_besides_powers_of_two():
     from kernelrl.gemm.space import _group_counts
 
@@ -396,7 +421,10 @@ def test_cluster_split_k_library_builds_for_sm90a_and_refuses_what_it_cannot_run
     assert can(64, 68, 1024, 4, 1, 0) == 1  # N % 8
     assert can(64, 64, 1020, 4, 1, 1) == 1  # K % 8
     assert can(64, 64, 1024, 32, 1, 0) == 2  # more splits than a cluster holds
-    assert can(64, 64, 1024, 6, 1, 0) == 2  # not a power of two: the rows of a tile would not divide evenly
+    # above 8, or with several clusters per tile, only powers of two (3, 5, 6 and 7 pass this check and go on to
+    # the occupancy query, which needs a GPU)
+    assert can(64, 64, 1024, 9, 1, 0) == 2 and can(64, 64, 1024, 12, 1, 0) == 2 and can(64, 64, 1024, 6, 2, 0) == 2
+    assert can(64, 64, 1024, 6, 1, 0) != 2
     assert can(1 << 20, 1 << 20, 1024, 2, 1, 0) == 3  # more tiles than a grid dimension holds
     assert can(64, 64, 1024, 2, 0, 0) == 5 and can(64, 64, 1024, 2, 2048, 0) == 5  # groups of clusters
     # the workspace of 4 groups per tile on 3 x 2 tiles of 64x64 (ragged): their fp32 sums, a counter per
@@ -427,7 +455,7 @@ def test_cluster_split_k_wgmma_main_loop_compiles_to_warpgroup_mmas(tmp_path, tm
     lib = ctypes.CDLL(str(lib_path))
     can = getattr(lib, f"{tile.symbol}_can_implement")
     can.argtypes = [ctypes.c_int] * 6
-    assert can(64, 64, 1020, 4, 1, 0) == 1 and can(64, 64, 1024, 3, 1, 1) == 2
+    assert can(64, 64, 1020, 4, 1, 0) == 1 and can(64, 64, 1024, 12, 1, 1) == 2
     # the same compile stopped at PTX: the main loop is warpgroup MMAs, and no mma.sync is left
     cmd = [a for a in b.clusterk_command(tile) if not a.startswith("-gencode")]
     cmd[cmd.index("-c")] = "-ptx"
@@ -672,7 +700,8 @@ def test_a_search_seeded_from_another_dtype_times_the_seeds_first(tmp_path, monk
 
     monkeypatch.setattr(tn, "tune_shape", fake_tune_shape)
     out = tmp_path / "bf16.jsonl"
-    assert tn.tune([Shape(64, 64, 64), Shape(256, 64, 64)], out, "bf16", tn.SEEDED, seeds=seeds, log=lambda m: None) == 2
+    shapes = [Shape(64, 64, 64), Shape(256, 64, 64)]
+    assert tn.tune(shapes, out, "bf16", tn.SEEDED, seeds=seeds, log=lambda m: None) == 2
     assert timed == [((64, 64, 64), torch.bfloat16, tn.SEEDED, ("tiled:64x64x128_s3_w4", "tiled:32x32x64_s3_w1")),
                      ((256, 64, 64), torch.bfloat16, tn.SEEDED, ())]  # a shape without a seeding record: none
 

@@ -15,6 +15,7 @@ from gemm_gpu_checks import captured, on_two_streams, replays_correctly  # noqa:
 hopper = pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0),
                             reason="tuned and tested on sm_90")
 SPLITS = (2, 4, 8, 16)
+FILL = (3, 5, 6, 7)  # cluster sizes that do not divide the tile's rows: each block owns ceil(BM / splits) of them
 
 
 # (tile, cluster size, clusters per tile): both wgmma main loops, clusters of 2 to 16, 2 to 32 groups, and
@@ -22,7 +23,7 @@ SPLITS = (2, 4, 8, 16)
 GROUPED = [("64x64x128_s6_w4_tma", 8, 4), ("64x64x64_s8_w4_wg", 4, 8), ("64x128x64_s3_w4_tma", 2, 16),
            ("128x64x128_s3_w8_tma", 16, 2), ("64x64x128_s4_w4_tma", 4, 32), ("64x64x128_s4_w4_tma", 8, 15),
            ("64x64x64_s8_w4_wg", 4, 7)]
-NAMES = ([tile.with_splits(s).name for tile in CLUSTERK_TILES for s in SPLITS]
+NAMES = ([tile.with_splits(s).name for tile in CLUSTERK_TILES for s in SPLITS + FILL]
          + [f"clusterk:{tile}/c{s}g{g}" for tile, s, g in GROUPED])
 
 
@@ -59,7 +60,7 @@ MAIN_LOOPS = pytest.mark.parametrize("tile", ["64x64x64_s4_w4", "64x64x64_s8_w4_
 
 @hopper
 @pytest.mark.parametrize("name", ["64x64x64_s4_w4/c16", "64x64x64_s8_w4_wg/c16", "64x64x128_s6_w4_tma/c16",
-                                  "64x64x128_s6_w4_tma/c4g8"])
+                                  "64x64x128_s6_w4_tma/c4g8", "64x64x64_s4_w4/c7", "128x64x64_s3_w8_tma/c6"])
 def test_results_are_the_same_bits_on_every_run(name):
     # the reduction order is fixed; with groups, whichever cluster of a tile arrives last adds the groups' sums,
     # always in group order
@@ -104,8 +105,9 @@ def test_two_streams_run_groups_of_clusters_at_once_each_with_its_own_workspace(
 def test_problems_the_kernel_cannot_run_are_refused_when_the_launcher_is_made():
     with pytest.raises(ValueError, match="multiples of 8"):
         make_launcher("clusterk:64x64x64_s4_w4/c4", 64, 68, 1024)  # N % 8 != 0: rows not 16-byte aligned
-    with pytest.raises(ValueError, match="splits"):
-        make_launcher("clusterk:64x64x64_s4_w4/c32", 64, 64, 1024)
+    for splits in ("c32", "c9", "c12", "c6g2"):  # too large; not a power of two above 8; groups of a fill size
+        with pytest.raises(ValueError, match="splits"):
+            make_launcher(f"clusterk:64x64x64_s4_w4/{splits}", 64, 64, 1024)
     with pytest.raises(ValueError, match="groups"):
         make_launcher("clusterk:64x64x64_s4_w4/c2g2048", 64, 64, 1024)
 
@@ -117,8 +119,8 @@ def test_the_search_knows_how_many_sms_each_cluster_size_fills():
     from kernelrl.gemm.clusterk import max_active_clusters
 
     for tile in CLUSTERK_TILES:
-        for s in SPLITS:
-            for groups in (1, 2):
+        for s in SPLITS + FILL:
+            for groups in ((1, 2) if s in SPLITS else (1,)):
                 cfg = tile.with_splits(s, groups)
                 assert max_active_clusters(cfg) * s == cluster_wave_blocks(s, tile.resident), cfg.name
                 assert max_active_clusters(cfg, torch.bfloat16) == max_active_clusters(cfg), cfg.name

@@ -132,27 +132,21 @@ def test_gate_rejects_fp16_accumulation():
     assert not res.ok and "relative error" in res.reason
 
 
-def test_matmul_is_correct_on_tuned_shapes_of_every_family():
-    shapes = _tuned(24)
-    assert shapes, "the committed table has no tuned fp16 shapes"
+@pytest.mark.parametrize("dtype", ["fp16", "bf16"])
+def test_matmul_is_correct_on_tuned_shapes_of_every_family(dtype):
+    shapes = _tuned(24, dtype=dtype)
+    assert shapes, f"the committed table has no tuned {dtype} shapes"
+    names = default_dispatcher().table.lookup()
+    tested = {_kind(names[(s.m, s.n, s.k, dtype)]) for s in shapes}
+    # every family the table runs on a shape of at most 4096^3 (larger ones take long to check)
+    assert tested == {_kind(k) for key, k in names.items() if key[3] == dtype and key[0] * key[1] * key[2] <= 4096 ** 3}
+    tdtype = {"fp16": torch.float16, "bf16": torch.bfloat16}[dtype]
     for s in shapes:
-        a, b = chk.random_inputs(s.m, s.n, s.k)
+        a, b = chk.random_inputs(s.m, s.n, s.k, tdtype)
         ref = chk.reference(a, b)
         err = chk.rel_err(matmul(a, b), ref)
         torch_err = chk.rel_err(torch.matmul(a, b), ref)
-        assert err <= 2 * torch_err, (s, default_dispatcher().kernel_for(s.m, s.n, s.k, torch.float16), err)
-
-
-def test_matmul_is_correct_on_tuned_bf16_shapes():
-    shapes = _tuned(12, dtype="bf16")
-    if not shapes:
-        pytest.skip("the committed table has no tuned bf16 shapes")
-    for s in shapes:
-        a, b = chk.random_inputs(s.m, s.n, s.k, torch.bfloat16)
-        ref = chk.reference(a, b)
-        err = chk.rel_err(matmul(a, b), ref)
-        torch_err = chk.rel_err(torch.matmul(a, b), ref)
-        assert err <= 2 * torch_err, (s, default_dispatcher().kernel_for(s.m, s.n, s.k, torch.float16), err)
+        assert err <= 2 * torch_err, (s, default_dispatcher().kernel_for(s.m, s.n, s.k, tdtype), err)
 
 
 def test_matmul_returns_a_fresh_tensor_of_the_inputs_dtype_and_device():

@@ -196,7 +196,7 @@ class ClusterKConfig(_Tile):
             pipe = 1024 + 2 * self.stages * (self.bm * self.bk + self.bk * self.bn)
         else:
             pipe = 2 * self.stages * (self.bm * (self.bk + 8) + self.bk * (self.bn + 8))
-        return pipe + 4 * self.bm * (self.bn + 4) + (16 * self.stages if self.tma else 0)
+        return pipe + 4 * (self.bm + CLUSTERK_SPARE_ROWS) * (self.bn + 4) + (16 * self.stages if self.tma else 0)
 
     @property
     def resident(self) -> int:
@@ -224,9 +224,11 @@ class ClusterKConfig(_Tile):
         except (ValueError, IndexError) as e:
             raise ValueError(f"malformed cluster split-K kernel name {name!r}: expected "
                              "clusterk:<BM>x<BN>x<BK>_s<stages>_w<warps>[_wg|_tma]/c<splits>[g<groups>]") from e
-        if not 2 <= cfg.splits <= CLUSTERK_MAX_SPLITS or cfg.splits & (cfg.splits - 1):
+        if not 2 <= cfg.splits <= CLUSTERK_MAX_SPLITS or (
+                cfg.splits & (cfg.splits - 1) and (cfg.splits not in CLUSTERK_FILL_SPLITS or cfg.groups > 1)):
             raise ValueError(f"cluster split-K kernel {name!r}: the cluster size (splits) must be a power of two "
-                             f"from 2 to {CLUSTERK_MAX_SPLITS}")
+                             f"from 2 to {CLUSTERK_MAX_SPLITS}, or one of {CLUSTERK_FILL_SPLITS} with one cluster "
+                             "per tile")
         if not 1 <= cfg.groups <= CLUSTERK_MAX_GROUPS or (grouped and cfg.groups < 2):
             raise ValueError(f"cluster split-K kernel {name!r}: the clusters per tile (groups) must be from 2 to "
                              f"{CLUSTERK_MAX_GROUPS}, and left out for 1")
@@ -356,15 +358,25 @@ CLUSTERK_TILES: tuple[ClusterKConfig, ...] = (
 # 250: what cp.async costs).
 CLUSTERK_LOOP_COST = {"mma": 1.0, "wg": 0.56, "tma": 0.37}
 CLUSTERK_MAX_SPLITS = 16  # the largest (non-portable) cluster Hopper places
+# Cluster sizes besides the powers of two (one cluster per tile): a block owns ceil(BM / splits) rows, and its
+# receive region has CLUSTERK_SPARE_ROWS rows beyond the tile for the remainder (the kernel's kSpareRows).
+# They fill a wave where the powers of two do not: the GPU places 15 clusters of 8 at once and 30 of 4, so 16
+# output tiles in clusters of 8, or 32 in clusters of 4, ran a second wave.
+CLUSTERK_FILL_SPLITS = (3, 5, 6, 7)
+CLUSTERK_SPARE_ROWS = 8
 CLUSTERK_MAX_GROUPS = 1024  # clusters sharing one output tile's K (the kernel's own limit)
 # Blocks that clusters of each size run at once on the H200, by (cluster size, blocks per SM): a cluster stays
 # within one GPC, so the SMs of a GPC beyond a multiple of the cluster size stay idle. From CUDA's occupancy
 # calculator (cudaOccupancyMaxActiveClusters, which Nsight Compute reports too) for every compiled tile: 66
 # clusters of 2, 30 of 4, 15 of 8 and 7 of 16 with one block per SM; 132, 62, 30 and 14 with two
-# (benchmarks/results/gemm_runs/cluster_capacity.txt). A launch of more blocks runs a second wave. Checked
-# on the GPU against the built kernels (tests/test_gemm_clusterk_gpu.py).
+# (benchmarks/results/gemm_runs/cluster_capacity.txt, cluster_capacity_fill.txt). A launch of more blocks runs
+# a second wave. Checked on the GPU against the built kernels (tests/test_gemm_clusterk_gpu.py).
 CLUSTER_WAVE_BLOCKS = {(2, 1): 132, (4, 1): 120, (8, 1): 120, (16, 1): 112,
-                       (2, 2): 264, (4, 2): 248, (8, 2): 240, (16, 2): 224}
+                       (2, 2): 264, (4, 2): 248, (8, 2): 240, (16, 2): 224,
+                       # the sizes that fill a wave (CLUSTERK_FILL_SPLITS; gemm_runs/cluster_capacity_fill.txt):
+                       # 39 clusters of 3, 22 of 5, 17 of 6 and 15 of 7 with one block per SM
+                       (3, 1): 117, (5, 1): 110, (6, 1): 102, (7, 1): 105,
+                       (3, 2): 237, (5, 2): 235, (6, 2): 234, (7, 2): 224}
 
 
 def cluster_wave_blocks(cluster: int, resident: int = 1) -> int:
@@ -533,6 +545,28 @@ def clusterk_candidates(shape: Shape, top: int = 8, grouped_top: int = 0) -> lis
             s *= 2
         per_tile.append(scored)
     return _firsts_then_seconds(per_tile, top) + clusterk_grouped_candidates(shape, grouped_top)
+
+
+def clusterk_fill_candidates(shape: Shape, top: int = 4) -> list[ClusterKConfig]:
+    """Up to `top` cluster split-K configurations (wgmma main loops, one cluster per tile) with a cluster size of
+    CLUSTERK_FILL_SPLITS, where it splits K more ways than any power of two whose clusters all fit one wave
+    (`cluster_wave_blocks`): each tile's best such size by the cost model, then its second best. Empty where
+    the plain candidates are (few tiles, deep K only)."""
+    if top <= 0 or not _clusterk_searched(shape):
+        return []
+    per_tile = []
+    for cfg, tiles, loop_cost in _clusterk_tiles(shape, ("wg", "tma")):
+        fits = [s for s in (*CLUSTERK_FILL_SPLITS, 2, 4, 8, 16) if shape.k >= s * cfg.bk
+                and tiles * s <= cluster_wave_blocks(s, cfg.resident)]
+        pow2 = max((s for s in fits if not s & (s - 1)), default=1)
+        scored = []
+        for s in fits:
+            if s in CLUSTERK_FILL_SPLITS and s > pow2:
+                est = estimate_us(shape, cfg.bm, cfg.bn, splits=s, cluster=s, fixup_share=0.0,
+                                  resident=cfg.resident) * loop_cost
+                scored.append((est + CLUSTERK_REDUCE_US * (s - 1) ** 0.5, cfg.with_splits(s)))
+        per_tile.append(scored)
+    return _firsts_then_seconds(per_tile, top)
 
 
 def _clusterk_searched(shape: Shape) -> bool:

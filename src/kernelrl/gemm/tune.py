@@ -20,8 +20,8 @@ import torch
 from kernelrl.gemm import check as chk
 from kernelrl.gemm.registry import make_launcher
 from kernelrl.gemm.shapes import Shape
-from kernelrl.gemm.space import (clusterk_candidates, cutlass_candidates, roofline_us, splitk_candidates,
-                                 tiled_candidates, triton_candidates)
+from kernelrl.gemm.space import (clusterk_candidates, clusterk_fill_candidates, cutlass_candidates, roofline_us,
+                                 splitk_candidates, tiled_candidates, triton_candidates)
 from kernelrl.gemm.timing import Inputs, calls_for, paired_ratio_ci, time_graph, time_graphs_placed
 
 DTYPE_NAMES = {"fp16": torch.float16, "bf16": torch.bfloat16}
@@ -53,7 +53,8 @@ class TuneOptions:
     splitk_top: int = 8  # Triton split-K configurations (shapes with a small output and a deep K only)
     tiled_top: int = 24  # Triton tiled configurations (launch-bound shapes only)
     clusterk_top: int = 24  # CUDA cluster split-K configurations (few output tiles, deep K only) ...
-    clusterk_grouped_top: int = 10  # ... and ones with several clusters per output tile
+    clusterk_grouped_top: int = 10  # ... and ones with several clusters per output tile ...
+    clusterk_fill_top: int = 4  # ... and ones with a cluster size of 3, 5, 6 or 7 that fills a wave
     cutlass_top: int = 10
     finalists: int = 3  # re-timed against the baselines, interleaved
     margin: float = 0.005  # a kernel must beat torch.matmul by this fraction to replace it (medians) ...
@@ -271,7 +272,8 @@ FAMILY_CANDIDATES = {
     "splitk": lambda s, dtype, opt: [c.name for c in splitk_candidates(s, opt.splitk_top)],
     "tiled": lambda s, dtype, opt: [c.name for c in tiled_candidates(s, opt.tiled_top)],
     "clusterk": lambda s, dtype, opt: [c.name for c in clusterk_candidates(s, opt.clusterk_top,
-                                                                          opt.clusterk_grouped_top)],
+                                                                          opt.clusterk_grouped_top)
+                                       + clusterk_fill_candidates(s, opt.clusterk_fill_top)],
     # bf16 CUTLASS kernels are built only on request (`kernelrl gemm build --bf16`)
     "cutlass": lambda s, dtype, opt: ([v.name for v in cutlass_candidates(s, opt.cutlass_top)]
                                       if dtype == "fp16" or _cutlass_has_bf16() else []),

@@ -1,7 +1,8 @@
 // Split-K GEMM whose K splits are one thread-block cluster and reduce through distributed shared memory.
 // C (M x N, row-major) = A (M x K, row-major) * B (K x N, row-major); fp16 or bf16 in, fp32 accumulation.
 //
-// A cluster of `splits` blocks (2-16, a power of two, chosen at run time) computes one BM x BN output tile:
+// A cluster of `splits` blocks (a power of two up to 16, or 3, 5, 6 or 7; chosen at run time) computes one BM x BN
+// output tile:
 // block r of the cluster multiplies the tile over the r-th slice of K (cp.async pipeline, ldmatrix, mma.sync
 // m16n8k16 with fragments double-buffered in registers), stores each of its fp32 partial rows into the shared
 // memory of the block that owns that row (distributed shared memory), and after one cluster barrier every
@@ -36,6 +37,12 @@
 
 #include <cstdint>
 #include <type_traits>
+
+// Receive rows beyond the tile's BM: with a cluster size that does not divide BM (3, 5, 6 or 7), each block owns
+// ceil(BM / splits) rows and receives that many from every block of its cluster, up to 6 rows more than the tile
+// in all (64-row tiles in clusters of 7). Those sizes fill a wave where a power of two does not: the GPU places 15
+// clusters of 8 at once, so 16 output tiles in clusters of 8 ran in two waves.
+constexpr int kSpareRows = 8;
 
 #ifndef KR_WGMMA
 #define KR_WGMMA 0
@@ -137,11 +144,14 @@ __device__ __forceinline__ Share block_share(const cg::cluster_group& cluster, i
 // itself in on that region's counter; the block that arrives last sums the groups' slots in group order (the
 // same bits whoever arrives last), writes C and sets the counter back to 0 for the next launch. No block waits
 // for another, so no order of scheduling can deadlock.
-template <typename T, int BN, int kThreads, int kRStride, bool kGrouped>
+template <typename T, int BM, int BN, int kThreads, int kRStride, bool kGrouped>
 __device__ __forceinline__ void sum_own_rows(const float* recv, int rows_per, const Share& sh, T* C, int M, int N,
                                              float* ws, unsigned* counters, int tid) {
   const int splits = sh.splits, rank = sh.rank, m0 = sh.m0, n0 = sh.n0;
-  const int n4 = rows_per * BN / 4;  // groups of 4 columns this block owns
+  // groups of 4 columns this block owns (rows_per rows, but fewer where splits does not divide BM; groups > 1
+  // only with a power of two)
+  const int own = rows_per * (rank + 1) <= BM ? rows_per : max(0, BM - rows_per * rank);
+  const int n4 = own * BN / 4;
   float4* region = reinterpret_cast<float4*>(ws) + (size_t(blockIdx.y) * splits + rank) * sh.groups * n4;
   for (int g = tid; g < n4; g += kThreads) {
     const int rr = g / (BN / 4), c = (g % (BN / 4)) * 4;
@@ -226,7 +236,7 @@ struct Geometry {
   static constexpr int kBTile = BK * kBStride;
   static constexpr int kRStride = BN + 4;  // fp32 partial tile rows, 16-byte aligned
   static constexpr size_t kPipeBytes = size_t(STAGES) * (kATile + kBTile) * 2;
-  static constexpr size_t kReduceBytes = size_t(BM) * kRStride * 4;
+  static constexpr size_t kReduceBytes = size_t(BM + kSpareRows) * kRStride * 4;
   // Pushed partials may arrive while this block still reads its pipeline: they get their own region.
   static constexpr size_t kSmemBytes = KR_PUSH ? kPipeBytes + kReduceBytes
                                                : (kPipeBytes > kReduceBytes ? kPipeBytes : kReduceBytes);
@@ -326,10 +336,11 @@ __global__ void __launch_bounds__(WM* WN * 32)
     }
   }
 #if KR_PUSH
-  // Rows [o * BM / splits, (o + 1) * BM / splits) of the tile belong to block o. Every block stores its partial
-  // of those rows into block o's receive region, slot `rank`: splits slots of BM / splits rows = one tile.
+  // Rows [o * rows_per, (o + 1) * rows_per) of the tile belong to block o (the last blocks may own fewer, or none).
+  // Every block stores its partial of those rows into block o's receive region, slot `rank`: splits slots of
+  // rows_per rows, one tile where splits divides BM.
   float* recv = reinterpret_cast<float*>(smem + G::kPipeBytes);
-  const int rows_per = BM / splits;  // splits <= 16 <= BM, both powers of two
+  const int rows_per = (BM + splits - 1) / splits;
   asm volatile("barrier.cluster.wait.aligned;\n" ::: "memory");  // every block of the cluster has started
 #pragma unroll
   for (int mt = 0; mt < G::kMT; ++mt)
@@ -346,7 +357,7 @@ __global__ void __launch_bounds__(WM* WN * 32)
     }
   cluster.sync();  // every partial has landed in its owner's shared memory; nothing remote is touched after
 
-  sum_own_rows<T, BN, G::kThreads, G::kRStride, kGrouped>(recv, rows_per, sh, C, M, N, ws, counters, tid);
+  sum_own_rows<T, BM, BN, G::kThreads, G::kRStride, kGrouped>(recv, rows_per, sh, C, M, N, ws, counters, tid);
 #else
   cp_async_wait<0>();
   __syncthreads();  // the pipeline's shared memory now holds the partial tile instead
@@ -410,7 +421,7 @@ struct WgGeometry {
   static constexpr uint32_t kAStage = BM * BK * 2, kBStage = BK * BN * 2;  // bytes of one stage
   static constexpr size_t kABytes = size_t(STAGES) * kAStage, kPipeBytes = kABytes + size_t(STAGES) * kBStage;
   static constexpr size_t kAlign = 1024;  // a 128-byte swizzle repeats every 1024 bytes: its atoms start there
-  static constexpr size_t kRecvBytes = size_t(BM) * kRStride * 4;  // the partial sums received (fp32 rows)
+  static constexpr size_t kRecvBytes = size_t(BM + kSpareRows) * kRStride * 4;  // partial sums received (fp32 rows)
   // KR_TMA: a full and an empty mbarrier per stage after the receive region
   static constexpr size_t kBarBytes = KR_TMA ? 2 * STAGES * sizeof(uint64_t) : 0;
   static constexpr size_t kSmemBytes = kAlign + kPipeBytes + kRecvBytes + kBarBytes;
@@ -441,7 +452,7 @@ __device__ __forceinline__ void wg_push_and_sum(const Acc& acc, const Thr& thr, 
   using namespace cute;
   constexpr int BM = G::kBM, BN = G::kBN;
   float* recv = reinterpret_cast<float*>(smem + G::kPipeBytes);
-  const int rows_per = BM / sh.splits;  // splits <= 16 <= BM, both powers of two
+  const int rows_per = (BM + sh.splits - 1) / sh.splits;  // as the mma.sync kernel: the last may own fewer
   Tensor coord = thr.partition_C(make_identity_tensor(Shape<Int<BM>, Int<BN>>{}));  // (row, column) of each value
   asm volatile("barrier.cluster.wait.aligned;\n" ::: "memory");  // every block of the cluster has started
 #pragma unroll
@@ -451,7 +462,7 @@ __device__ __forceinline__ void wg_push_and_sum(const Acc& acc, const Thr& thr, 
     *reinterpret_cast<float2*>(slot + c) = make_float2(acc(v), acc(v + 1));
   }
   cluster.sync();  // every partial has landed in its owner's shared memory; nothing remote is touched after
-  sum_own_rows<T, BN, G::kThreads, G::kRStride, kGrouped>(recv, rows_per, sh, C, M, N, ws, counters, tid);
+  sum_own_rows<T, BM, BN, G::kThreads, G::kRStride, kGrouped>(recv, rows_per, sh, C, M, N, ws, counters, tid);
 }
 
 template <typename T, int BM, int BN, int BK, int STAGES, bool kGrouped>
@@ -708,7 +719,10 @@ struct Config {
   // size with this much shared memory cannot be placed on the GPU, 5 group count, 100 + cudaError otherwise.
   static int can_implement(int m, int n, int k, int splits, int groups) {
     if (m <= 0 || n <= 0 || k <= 0 || k % 8 || n % 8) return 1;
-    if (splits < 1 || splits > 16 || (splits & (splits - 1))) return 2;  // a power of two up to 16
+    // a power of two up to 16, or (one cluster per tile) 3, 5, 6 or 7, whose rows_per x splits receive rows fit
+    if (splits < 1 || splits > 16) return 2;
+    if ((splits & (splits - 1)) && (splits > 8 || groups != 1)) return 2;
+    if ((KR_BM + splits - 1) / splits * splits > KR_BM + kSpareRows) return 2;
     if (tiles(m, n) > 65535) return 3;
     if (groups < 1 || groups > 1024 || (groups > 1 && !KR_PUSH)) return 5;  // the pulled reduction has no groups
     const int clusters = max_clusters(splits, groups);
