@@ -75,7 +75,11 @@ def test_workspace_kernel_captured_on_a_new_stream_takes_the_spare_workspace_and
     c = torch.empty(m, n, device="cuda", dtype=torch.float16)
     fn(a, b, c)
     dev = torch.cuda.current_device()
-    new = next(s for s in (torch.cuda.Stream() for _ in range(256)) if (dev, s.cuda_stream) not in WORKSPACES._sets)
+    # torch hands out streams from a pool (32 per priority), which the suite's earlier tests may all have used
+    # already: this one's workspace is forgotten, as if the stream had never been seen
+    new = torch.cuda.Stream()
+    assert new.cuda_stream != torch.cuda.current_stream().cuda_stream
+    WORKSPACES._sets.pop((dev, new.cuda_stream), None)
     g = torch.cuda.CUDAGraph()
     with torch.cuda.graph(g, stream=new):  # a stream no launcher has used yet
         fn(a, b, c)
