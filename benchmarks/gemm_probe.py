@@ -22,7 +22,8 @@ host:   host time of one eager call, torch.matmul against the dispatch on each f
 capacity: clusters of every size (powers of two and the sizes that fill a wave) that the GPU places at once,
         for every cluster split-K tile (cluster_capacity.txt): the cost model's `CLUSTER_WAVE_BLOCKS`.
 
-    python3 benchmarks/gemm_probe.py [--parts floor,tiled,noise,clusterk,clusterk_ab,smallk,host,capacity] [--deadline S]
+    python3 benchmarks/gemm_probe.py [--parts floor,tiled,noise,clusterk,clusterk_ab,smallk,host,capacity]
+                                     [--deadline S]
     python3 benchmarks/gemm_probe.py --summarise benchmarks/results/gemm_runs/probe_floor_tiled_noise.json
 """
 from __future__ import annotations

@@ -1,9 +1,8 @@
 // Split-K GEMM whose K splits are one thread-block cluster and reduce through distributed shared memory.
 // C (M x N, row-major) = A (M x K, row-major) * B (K x N, row-major); fp16 or bf16 in, fp32 accumulation.
 //
-// A cluster of `splits` blocks (a power of two up to 16, or 3, 5, 6 or 7; chosen at run time) computes one BM x BN
-// output tile:
-// block r of the cluster multiplies the tile over the r-th slice of K (cp.async pipeline, ldmatrix, mma.sync
+// A cluster of `splits` blocks (chosen at run time: a power of two up to 16, or 3, 5, 6 or 7) computes one
+// BM x BN output tile: block r of the cluster multiplies the tile over the r-th slice of K (cp.async pipeline, ldmatrix, mma.sync
 // m16n8k16 with fragments double-buffered in registers), stores each of its fp32 partial rows into the shared
 // memory of the block that owns that row (distributed shared memory), and after one cluster barrier every
 // block sums the partials of its own rows in a fixed order (the result is the same on every run) and writes
