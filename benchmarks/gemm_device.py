@@ -125,6 +125,8 @@ def main() -> None:
     ap.add_argument("--no-bf16-cutlass", action="store_true",
                     help="tune bf16 without building the bf16 CUTLASS kernels (shapes the family is not searched on)")
     ap.add_argument("--skip-bench", action="store_true")
+    ap.add_argument("--augment-dtype", default=None, choices=("fp16", "bf16"),
+                    help="--augment searches the records of this dtype only (default: every dtype)")
     ap.add_argument("--seed-dtype", default="", choices=("", "fp16", "bf16"),
                     help="seed the search with each shape's best kernels recorded in this dtype, and search "
                          "the families less widely (tune.SEEDED)")
@@ -185,7 +187,7 @@ def main() -> None:
                  deadline_s=left(args.deadline) - args.bench_reserve - 30, log=log)
         if args.augment:
             unsearched = augment(work, args.augment, shapes, deadline_s=left(args.deadline) - args.bench_reserve - 30,
-                                 log=log)
+                                 log=log, dtype=args.augment_dtype)
         if args.redecide and not unsearched:
             unsearched = redecide(work, shapes, deadline_s=left(args.deadline) - args.bench_reserve - 30, log=log,
                                   tag=args.redecide)

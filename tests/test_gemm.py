@@ -286,11 +286,12 @@ def test_cluster_split_k_names_round_trip_and_a_bad_one_says_what_is_wrong():
     # each group's fp32 sum of every output tile: 2 x 2 tiles of 64x64, 16 groups
     assert grouped.workspace_bytes(Shape(128, 100, 4096)) == 4 * 16 * 64 * 64 * 4
     assert grouped.with_splits(8).workspace_bytes(Shape(128, 100, 4096)) == 0
-    for bad in ("clusterk:64x64x64_s4_w4/c1", "clusterk:64x64x64_s4_w4/c32", "clusterk:64x64x64_s4_w4/c9",
-                "clusterk:64x64x64_s4_w4/c12", "clusterk:64x64x128_s6_w4_tma/c6g2"):
-        with pytest.raises(ValueError, match="a power of two from 2 to 16, or one of .3, 5, 6, 7. with one cluster"):
+    for bad in ("clusterk:64x64x64_s4_w4/c1", "clusterk:64x64x64_s4_w4/c32", "clusterk:64x64x64_s4_w4/c14",
+                "clusterk:64x64x64_s4_w4/c15", "clusterk:64x64x128_s6_w4_tma/c6g2"):
+        with pytest.raises(ValueError, match=r"a power of two from 2 to 16, or one of \(3, 5, 6, 7, 9, 10, 11, 12, 13\) "
+                                             "with one cluster"):
             ClusterKConfig.parse(bad)
-    for s in (3, 5, 6, 7):  # cluster sizes that fill a wave: one cluster per tile
+    for s in (3, 5, 6, 7, 9, 12, 13):  # cluster sizes that fill a wave: one cluster per tile
         assert ClusterKConfig.parse(f"clusterk:64x64x128_s6_w4_tma/c{s}").splits == s
     with pytest.raises(KeyError, match="unknown cluster split-K configuration"):
         ClusterKConfig.parse("clusterk:32x32x64_s4_w4/c2")  # not compiled
@@ -421,10 +422,10 @@ def test_cluster_split_k_library_builds_for_sm90a_and_refuses_what_it_cannot_run
     assert can(64, 68, 1024, 4, 1, 0) == 1  # N % 8
     assert can(64, 64, 1020, 4, 1, 1) == 1  # K % 8
     assert can(64, 64, 1024, 32, 1, 0) == 2  # more splits than a cluster holds
-    # above 8, or with several clusters per tile, only powers of two (3, 5, 6 and 7 pass this check and go on to
-    # the occupancy query, which needs a GPU)
-    assert can(64, 64, 1024, 9, 1, 0) == 2 and can(64, 64, 1024, 12, 1, 0) == 2 and can(64, 64, 1024, 6, 2, 0) == 2
-    assert can(64, 64, 1024, 6, 1, 0) != 2
+    # above 13, or with several clusters per tile, only powers of two (3, 5, 6, 7 and 9 to 13 pass this check and
+    # go on to the occupancy query, which needs a GPU)
+    assert can(64, 64, 1024, 14, 1, 0) == 2 and can(64, 64, 1024, 15, 1, 0) == 2 and can(64, 64, 1024, 6, 2, 0) == 2
+    assert can(64, 64, 1024, 6, 1, 0) != 2 and can(64, 64, 1024, 12, 1, 0) != 2
     assert can(1 << 20, 1 << 20, 1024, 2, 1, 0) == 3  # more tiles than a grid dimension holds
     assert can(64, 64, 1024, 2, 0, 0) == 5 and can(64, 64, 1024, 2, 2048, 0) == 5  # groups of clusters
     # the workspace of 4 groups per tile on 3 x 2 tiles of 64x64 (ragged): their fp32 sums, a counter per
@@ -455,7 +456,7 @@ def test_cluster_split_k_wgmma_main_loop_compiles_to_warpgroup_mmas(tmp_path, tm
     lib = ctypes.CDLL(str(lib_path))
     can = getattr(lib, f"{tile.symbol}_can_implement")
     can.argtypes = [ctypes.c_int] * 6
-    assert can(64, 64, 1020, 4, 1, 0) == 1 and can(64, 64, 1024, 12, 1, 1) == 2
+    assert can(64, 64, 1020, 4, 1, 0) == 1 and can(64, 64, 1024, 14, 1, 1) == 2
     # the same compile stopped at PTX: the main loop is warpgroup MMAs, and no mma.sync is left
     cmd = [a for a in b.clusterk_command(tile) if not a.startswith("-gencode")]
     cmd[cmd.index("-c")] = "-ptx"
@@ -704,6 +705,25 @@ def test_a_search_seeded_from_another_dtype_times_the_seeds_first(tmp_path, monk
     assert tn.tune(shapes, out, "bf16", tn.SEEDED, seeds=seeds, log=lambda m: None) == 2
     assert timed == [((64, 64, 64), torch.bfloat16, tn.SEEDED, ("tiled:64x64x128_s3_w4", "tiled:32x32x64_s3_w1")),
                      ((256, 64, 64), torch.bfloat16, tn.SEEDED, ())]  # a shape without a seeding record: none
+
+
+def test_adding_a_family_to_one_dtype_leaves_the_other_dtypes_records_alone(tmp_path, monkeypatch):
+    from kernelrl.gemm import tune as tn
+
+    p = tmp_path / "r.jsonl"
+    p.write_text("".join(json.dumps({"m": 64, "n": 64, "k": 8192, "dtype": dt, "best": "torch", "best_label": "torch",
+                                     "candidates": {}}) + "\n" for dt in ("fp16", "bf16")))
+    seen = []
+
+    def fake_augment_shape(record, names, opt, tag):  # stands in for the GPU measurement only
+        seen.append(record["dtype"])
+        return {**record, "augmented": [tag], "candidates": {n: {"ok": False} for n in names}}
+
+    monkeypatch.setattr(tn, "augment_shape", fake_augment_shape)
+    assert tn.augment(p, "splitk", dtype="bf16", log=lambda m: None) == 0 and seen == ["bf16"]
+    recs = {r["dtype"]: r for r in map(json.loads, p.read_text().splitlines())}
+    assert recs["bf16"]["candidates"] and not recs["fp16"]["candidates"]
+    assert tn.augment(p, "splitk", log=lambda m: None) == 0 and seen == ["bf16", "fp16"]  # default: every dtype
 
 
 def test_demoting_sends_back_to_torch_only_kernels_the_benchmark_found_measurably_slower(tmp_path):

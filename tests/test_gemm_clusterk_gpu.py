@@ -15,7 +15,7 @@ from gemm_gpu_checks import captured, on_two_streams, replays_correctly  # noqa:
 hopper = pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0),
                             reason="tuned and tested on sm_90")
 SPLITS = (2, 4, 8, 16)
-FILL = (3, 5, 6, 7)  # cluster sizes that do not divide the tile's rows: each block owns ceil(BM / splits) of them
+FILL = (3, 5, 6, 7, 9, 10, 11, 12, 13)  # cluster sizes that do not divide the tile's rows: each owns ceil(BM / splits)
 
 
 # (tile, cluster size, clusters per tile): both wgmma main loops, clusters of 2 to 16, 2 to 32 groups, and

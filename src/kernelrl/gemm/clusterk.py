@@ -13,7 +13,7 @@ _vp, _i, _ll = ctypes.c_void_p, ctypes.c_int, ctypes.c_longlong
 
 # can_implement's codes (see the source)
 _WHY = {1: "needs positive sizes with K and N multiples of 8",
-        2: "takes a power of two from 2 to 16 splits, or 3, 5, 6 or 7 with one cluster per tile",
+        2: "takes a power of two from 2 to 16 splits, or 3, 5, 6, 7 or 9 to 13 with one cluster per tile",
         3: "has more than 65535 output tiles", 4: "cannot place a cluster this large with this much shared memory",
         5: "takes 1 to 1024 groups of clusters per tile (more than 1 only with the pushed reduction)"}
 

@@ -362,7 +362,7 @@ CLUSTERK_MAX_SPLITS = 16  # the largest (non-portable) cluster Hopper places
 # receive region has CLUSTERK_SPARE_ROWS rows beyond the tile for the remainder (the kernel's kSpareRows).
 # They fill a wave where the powers of two do not: the GPU places 15 clusters of 8 at once and 30 of 4, so 16
 # output tiles in clusters of 8, or 32 in clusters of 4, ran a second wave.
-CLUSTERK_FILL_SPLITS = (3, 5, 6, 7)
+CLUSTERK_FILL_SPLITS = (3, 5, 6, 7, 9, 10, 11, 12, 13)
 CLUSTERK_SPARE_ROWS = 8
 CLUSTERK_MAX_GROUPS = 1024  # clusters sharing one output tile's K (the kernel's own limit)
 # Blocks that clusters of each size run at once on the H200, by (cluster size, blocks per SM): a cluster stays

@@ -54,7 +54,7 @@ class TuneOptions:
     tiled_top: int = 24  # Triton tiled configurations (launch-bound shapes only)
     clusterk_top: int = 24  # CUDA cluster split-K configurations (few output tiles, deep K only) ...
     clusterk_grouped_top: int = 10  # ... and ones with several clusters per output tile ...
-    clusterk_fill_top: int = 4  # ... and ones with a cluster size of 3, 5, 6 or 7 that fills a wave
+    clusterk_fill_top: int = 4  # ... and ones with a cluster size other than a power of two that fills a wave
     cutlass_top: int = 10
     finalists: int = 3  # re-timed against the baselines, interleaved
     margin: float = 0.005  # a kernel must beat torch.matmul by this fraction to replace it (medians) ...
@@ -291,15 +291,18 @@ def _cutlass_has_bf16() -> bool:
 
 
 def augment(path: Path, family: str, shapes: list[Shape] | None = None, opt: TuneOptions = TuneOptions(),
-            deadline_s: float = math.inf, log=print) -> int:
-    """Search `family` on every recorded shape that has candidates of it the record has no result for (all of
-    them the first time, the new ones after the family's space grew; cheapest first), appending each shape's
-    new record as it is made (the last record of a shape is the one that counts, so a stopped run resumes) and
-    leaving one record per shape at the end; returns the number of shapes left for a later run."""
+            deadline_s: float = math.inf, log=print, dtype: str | None = None) -> int:
+    """Search `family` on every recorded shape (of `dtype` only, if given) that has candidates of it the record
+    has no result for (all of them the first time, the new ones after the family's space grew; cheapest first),
+    appending each shape's new record as it is made (the last record of a shape is the one that counts, so a
+    stopped run resumes) and leaving one record per shape at the end; returns the number of shapes left for a
+    later run."""
     if family not in FAMILY_CANDIDATES:
         raise ValueError(f"unknown family to add {family!r}: one of {sorted(FAMILY_CANDIDATES)}")
 
     def new_names(s: Shape, record: dict) -> list[str] | None:
+        if dtype is not None and record["dtype"] != dtype:
+            return None
         names = [n for n in FAMILY_CANDIDATES[family](s, record["dtype"], opt)
                  if n not in record.get("candidates", {})]
         return names or None

@@ -1,8 +1,8 @@
 // Split-K GEMM whose K splits are one thread-block cluster and reduce through distributed shared memory.
 // C (M x N, row-major) = A (M x K, row-major) * B (K x N, row-major); fp16 or bf16 in, fp32 accumulation.
 //
-// A cluster of `splits` blocks (chosen at run time: a power of two up to 16, or 3, 5, 6 or 7) computes one
-// BM x BN output tile: block r of the cluster multiplies the tile over the r-th slice of K (cp.async pipeline, ldmatrix, mma.sync
+// A cluster of `splits` blocks (chosen at run time: a power of two up to 16, or 3, 5, 6, 7 or 9 to 13) computes
+// one BM x BN output tile: block r of the cluster multiplies the tile over the r-th slice of K (cp.async pipeline, ldmatrix, mma.sync
 // m16n8k16 with fragments double-buffered in registers), stores each of its fp32 partial rows into the shared
 // memory of the block that owns that row (distributed shared memory), and after one cluster barrier every
 // block sums the partials of its own rows in a fixed order (the result is the same on every run) and writes
@@ -37,10 +37,10 @@
 #include <cstdint>
 #include <type_traits>
 
-// Receive rows beyond the tile's BM: with a cluster size that does not divide BM (3, 5, 6 or 7), each block owns
-// ceil(BM / splits) rows and receives that many from every block of its cluster, up to 6 rows more than the tile
-// in all (64-row tiles in clusters of 7). Those sizes fill a wave where a power of two does not: the GPU places 15
-// clusters of 8 at once, so 16 output tiles in clusters of 8 ran in two waves.
+// Receive rows beyond the tile's BM: with a cluster size that does not divide BM (3, 5, 6, 7 or 9 to 13), each
+// block owns ceil(BM / splits) rows and receives that many from every block of its cluster, up to 8 rows more than
+// the tile in all (64-row tiles in clusters of 9 or 12). Those sizes fill a wave where a power of two does not: the
+// GPU places 15 clusters of 8 at once, so 16 output tiles in clusters of 8 ran in two waves.
 constexpr int kSpareRows = 8;
 
 #ifndef KR_WGMMA
@@ -718,9 +718,10 @@ struct Config {
   // size with this much shared memory cannot be placed on the GPU, 5 group count, 100 + cudaError otherwise.
   static int can_implement(int m, int n, int k, int splits, int groups) {
     if (m <= 0 || n <= 0 || k <= 0 || k % 8 || n % 8) return 1;
-    // a power of two up to 16, or (one cluster per tile) 3, 5, 6 or 7, whose rows_per x splits receive rows fit
+    // a power of two up to 16, or (one cluster per tile) 3, 5, 6, 7 or 9 to 13, whose rows_per x splits receive
+    // rows fit
     if (splits < 1 || splits > 16) return 2;
-    if ((splits & (splits - 1)) && (splits > 8 || groups != 1)) return 2;
+    if ((splits & (splits - 1)) && (splits > 13 || groups != 1)) return 2;
     if ((KR_BM + splits - 1) / splits * splits > KR_BM + kSpareRows) return 2;
     if (tiles(m, n) > 65535) return 3;
     if (groups < 1 || groups > 1024 || (groups > 1 && !KR_PUSH)) return 5;  // the pulled reduction has no groups
