@@ -105,7 +105,7 @@ def test_two_streams_run_groups_of_clusters_at_once_each_with_its_own_workspace(
 def test_problems_the_kernel_cannot_run_are_refused_when_the_launcher_is_made():
     with pytest.raises(ValueError, match="multiples of 8"):
         make_launcher("clusterk:64x64x64_s4_w4/c4", 64, 68, 1024)  # N % 8 != 0: rows not 16-byte aligned
-    for splits in ("c32", "c9", "c12", "c6g2"):  # too large; not a power of two above 8; groups of a fill size
+    for splits in ("c32", "c14", "c15", "c6g2"):  # too large; not a power of two above 13; groups of a fill size
         with pytest.raises(ValueError, match="splits"):
             make_launcher(f"clusterk:64x64x64_s4_w4/{splits}", 64, 64, 1024)
     with pytest.raises(ValueError, match="groups"):

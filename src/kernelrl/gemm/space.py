@@ -374,9 +374,12 @@ CLUSTERK_MAX_GROUPS = 1024  # clusters sharing one output tile's K (the kernel's
 CLUSTER_WAVE_BLOCKS = {(2, 1): 132, (4, 1): 120, (8, 1): 120, (16, 1): 112,
                        (2, 2): 264, (4, 2): 248, (8, 2): 240, (16, 2): 224,
                        # the sizes that fill a wave (CLUSTERK_FILL_SPLITS; gemm_runs/cluster_capacity_fill.txt):
-                       # 39 clusters of 3, 22 of 5, 17 of 6 and 15 of 7 with one block per SM
+                       # 39 clusters of 3, 22 of 5, 17 of 6, 15 of 7, 9 of 9 and 7 of 10 to 13 with one block per
+                       # SM (above 8, about one cluster per GPC)
                        (3, 1): 117, (5, 1): 110, (6, 1): 102, (7, 1): 105,
-                       (3, 2): 237, (5, 2): 235, (6, 2): 234, (7, 2): 224}
+                       (9, 1): 81, (10, 1): 70, (11, 1): 77, (12, 1): 84, (13, 1): 91,
+                       (3, 2): 237, (5, 2): 235, (6, 2): 234, (7, 2): 224,
+                       (9, 2): 207, (10, 2): 210, (11, 2): 176, (12, 2): 192, (13, 2): 182}
 
 
 def cluster_wave_blocks(cluster: int, resident: int = 1) -> int:
