@@ -717,7 +717,8 @@ def test_adding_a_family_to_one_dtype_leaves_the_other_dtypes_records_alone(tmp_
 
     def fake_augment_shape(record, names, opt, tag):  # stands in for the GPU measurement only
         seen.append(record["dtype"])
-        return {**record, "augmented": [tag], "candidates": {n: {"ok": False} for n in names}}
+        return {**record, "augmented": [tag], "candidates": {n: {"ok": False} for n in names}, "torch_us": 2.0,
+                "best_us": 2.0}
 
     monkeypatch.setattr(tn, "augment_shape", fake_augment_shape)
     assert tn.augment(p, "splitk", dtype="bf16", log=lambda m: None) == 0 and seen == ["bf16"]
