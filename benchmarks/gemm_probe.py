@@ -634,9 +634,9 @@ def part_capacity(res: dict) -> None:
     import torch
 
     from kernelrl.gemm.clusterk import max_active_clusters
-    from kernelrl.gemm.space import CLUSTERK_FILL_SPLITS, CLUSTERK_TILES
+    from kernelrl.gemm.space import CLUSTERK_ODD_SPLITS, CLUSTERK_TILES
 
-    sizes = sorted((2, 4, 8, 16) + CLUSTERK_FILL_SPLITS)
+    sizes = sorted((2, 4, 8, 16) + CLUSTERK_ODD_SPLITS)
     lines, res["capacity"] = [], {}
     for tile in CLUSTERK_TILES:
         got = {}

@@ -225,9 +225,9 @@ class ClusterKConfig(_Tile):
             raise ValueError(f"malformed cluster split-K kernel name {name!r}: expected "
                              "clusterk:<BM>x<BN>x<BK>_s<stages>_w<warps>[_wg|_tma]/c<splits>[g<groups>]") from e
         if not 2 <= cfg.splits <= CLUSTERK_MAX_SPLITS or (
-                cfg.splits & (cfg.splits - 1) and (cfg.splits not in CLUSTERK_FILL_SPLITS or cfg.groups > 1)):
+                cfg.splits & (cfg.splits - 1) and (cfg.splits not in CLUSTERK_ODD_SPLITS or cfg.groups > 1)):
             raise ValueError(f"cluster split-K kernel {name!r}: the cluster size (splits) must be a power of two "
-                             f"from 2 to {CLUSTERK_MAX_SPLITS}, or one of {CLUSTERK_FILL_SPLITS} with one cluster "
+                             f"from 2 to {CLUSTERK_MAX_SPLITS}, or one of {CLUSTERK_ODD_SPLITS} with one cluster "
                              "per tile")
         if not 1 <= cfg.groups <= CLUSTERK_MAX_GROUPS or (grouped and cfg.groups < 2):
             raise ValueError(f"cluster split-K kernel {name!r}: the clusters per tile (groups) must be from 2 to "
@@ -362,7 +362,10 @@ CLUSTERK_MAX_SPLITS = 16  # the largest (non-portable) cluster Hopper places
 # receive region has CLUSTERK_SPARE_ROWS rows beyond the tile for the remainder (the kernel's kSpareRows).
 # They fill a wave where the powers of two do not: the GPU places 15 clusters of 8 at once and 30 of 4, so 16
 # output tiles in clusters of 8, or 32 in clusters of 4, ran a second wave.
-CLUSTERK_FILL_SPLITS = (3, 5, 6, 7, 9, 10, 11, 12, 13)
+CLUSTERK_ODD_SPLITS = (3, 5, 6, 7, 9, 10, 11, 12, 13)  # every size the kernel takes besides the powers of two
+# The sizes the search proposes. Above 8 the GPU places about one cluster per GPC (9 of 9, 7 of 10 to 13), and a
+# search of 9 to 13 on the 76 fp16 shapes they had candidates for chose none of them (session 16).
+CLUSTERK_FILL_SPLITS = (3, 5, 6, 7)
 CLUSTERK_SPARE_ROWS = 8
 CLUSTERK_MAX_GROUPS = 1024  # clusters sharing one output tile's K (the kernel's own limit)
 # Blocks that clusters of each size run at once on the H200, by (cluster size, blocks per SM): a cluster stays
@@ -373,7 +376,7 @@ CLUSTERK_MAX_GROUPS = 1024  # clusters sharing one output tile's K (the kernel's
 # a second wave. Checked on the GPU against the built kernels (tests/test_gemm_clusterk_gpu.py).
 CLUSTER_WAVE_BLOCKS = {(2, 1): 132, (4, 1): 120, (8, 1): 120, (16, 1): 112,
                        (2, 2): 264, (4, 2): 248, (8, 2): 240, (16, 2): 224,
-                       # the sizes that fill a wave (CLUSTERK_FILL_SPLITS; gemm_runs/cluster_capacity_fill.txt):
+                       # the other sizes the kernel takes (CLUSTERK_ODD_SPLITS; gemm_runs/cluster_capacity_fill.txt):
                        # 39 clusters of 3, 22 of 5, 17 of 6, 15 of 7, 9 of 9 and 7 of 10 to 13 with one block per
                        # SM (above 8, about one cluster per GPC)
                        (3, 1): 117, (5, 1): 110, (6, 1): 102, (7, 1): 105,
