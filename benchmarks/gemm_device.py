@@ -119,7 +119,6 @@ def main() -> None:
     ap.add_argument("--deadline", type=float, default=500.0, help="seconds for the whole call")
     ap.add_argument("--shapes", default="grid")
     ap.add_argument("--skip-tests", action="store_true")
-    ap.add_argument("--bf16-shapes", default="", help="shapes also tuned in bf16 (MxNxK list)")
     ap.add_argument("--dtype", default="fp16", choices=("fp16", "bf16"),
                     help="the dtype the shapes are tuned and benchmarked in (bf16: into gemm_h200_bf16.csv)")
     ap.add_argument("--no-bf16-cutlass", action="store_true",
@@ -182,9 +181,6 @@ def main() -> None:
         seeds = seeds_from(work, args.seed_dtype) if args.seed_dtype else None
         tune(shapes, work, args.dtype, opt=SEEDED if seeds else TuneOptions(), seeds=seeds,
              deadline_s=left(args.deadline) - args.bench_reserve - 30, log=log)
-        if args.bf16_shapes:
-            tune(read_shapes(args.bf16_shapes), work, "bf16",
-                 deadline_s=left(args.deadline) - args.bench_reserve - 30, log=log)
         if args.augment:
             unsearched = augment(work, args.augment, shapes, deadline_s=left(args.deadline) - args.bench_reserve - 30,
                                  log=log, dtype=args.augment_dtype)

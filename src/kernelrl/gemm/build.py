@@ -92,13 +92,19 @@ def build(build_dir: Path = DEFAULT_BUILD_DIR, configs=CUTLASS_CONFIGS, jobs: in
     return _compile_and_link(objects, SOURCE, LIB_NAME, build_dir, jobs, log)
 
 
+def _linked_from_current(build_dir: Path, lib_name: str, source: Path, stems: list[str]) -> bool:
+    """Whether `build_dir/lib_name` exists and was linked after every object `stem` compiled from the current
+    `source` (as `_compile_and_link` names them)."""
+    lib, digest = build_dir / lib_name, _digest(source)
+    objs = [build_dir / f"{stem}.{digest}.o" for stem in stems]
+    return lib.is_file() and all(o.is_file() and o.stat().st_mtime <= lib.stat().st_mtime for o in objs)
+
+
 def cutlass_is_current(build_dir: Path = DEFAULT_BUILD_DIR, configs=CUTLASS_CONFIGS, bf16: bool = False) -> bool:
     """Whether `build_dir` holds the CUTLASS library linked from the current source's objects (with the bf16
     kernels too, if `bf16`)."""
-    lib = build_dir / LIB_NAME
     stems = [f"{cfg.symbol}{suffix}" for cfg in configs for suffix in (("", "_bf16") if bf16 else ("",))]
-    objs = [build_dir / f"{stem}.{_digest(SOURCE)}.o" for stem in stems]
-    return lib.is_file() and all(o.is_file() and o.stat().st_mtime <= lib.stat().st_mtime for o in objs)
+    return _linked_from_current(build_dir, LIB_NAME, SOURCE, stems)
 
 
 def clusterk_command(cfg: ClusterKConfig, macros: dict[str, int | str] | None = None) -> list[str]:
@@ -120,9 +126,7 @@ def build_clusterk(build_dir: Path = DEFAULT_BUILD_DIR, configs=CLUSTERK_TILES, 
 
 def clusterk_is_current(build_dir: Path = DEFAULT_BUILD_DIR, configs=CLUSTERK_TILES) -> bool:
     """Whether `build_dir` holds the cluster split-K library linked from the current source's objects."""
-    lib = build_dir / CK_LIB_NAME
-    objs = [build_dir / f"{cfg.symbol}.{_digest(CK_SOURCE)}.o" for cfg in configs]
-    return lib.is_file() and all(o.is_file() and o.stat().st_mtime <= lib.stat().st_mtime for o in objs)
+    return _linked_from_current(build_dir, CK_LIB_NAME, CK_SOURCE, [cfg.symbol for cfg in configs])
 
 
 def cublas_dirs() -> tuple[Path, Path]:
