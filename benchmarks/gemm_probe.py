@@ -21,8 +21,14 @@ host:   host time of one eager call, torch.matmul against the dispatch on each f
         of the pieces of the dispatch's hot path.
 capacity: clusters of every size (powers of two and the sizes that fill a wave) that the GPU places at once,
         for every cluster split-K tile (cluster_capacity.txt): the cost model's `CLUSTER_WAVE_BLOCKS`.
+pdl:    programmatic dependent launch: the tiled kernel with `griddepcontrol.wait` before its first load, launched
+        so that it may start while the kernel before it in the stream drains, against the same kernel without,
+        torch.matmul and its control. Timed twice: each call after the previous GEMM (the benchmark's graph),
+        and each call after a small torch kernel that knows nothing of PDL (a model's graph). A variant that
+        also lets its successor start early (`launch_dependents`) shows how much a back-to-back benchmark
+        would flatter such a trigger. A producer-consumer graph checks that no call reads stale inputs.
 
-    python3 benchmarks/gemm_probe.py [--parts floor,tiled,noise,clusterk,clusterk_ab,smallk,host,capacity]
+    python3 benchmarks/gemm_probe.py [--parts floor,tiled,noise,clusterk,clusterk_ab,smallk,host,capacity,pdl]
                                      [--deadline S]
     python3 benchmarks/gemm_probe.py --summarise benchmarks/results/gemm_runs/probe_floor_tiled_noise.json
 """
@@ -654,6 +660,119 @@ def part_capacity(res: dict) -> None:
     log(f"capacity of {len(lines)} tiles written to cluster_capacity.txt")
 
 
+PDL_SHAPES = [(64, 64, 64), (128, 128, 128), (256, 256, 64), (512, 512, 128), (1024, 64, 256), (64, 4096, 64),
+              (256, 1024, 128), (1024, 1024, 256), (2048, 2048, 64), (128, 4096, 256), (512, 4096, 64),
+              (2048, 256, 256)]
+
+
+@functools.cache
+def pdl_kernel():
+    import triton
+    import triton.language as tl
+
+    from kernelrl.gemm.kernels.triton_tiled import tiled_product
+
+    @triton.jit
+    def matmul_tiled_gdc(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_bk, stride_cm,
+                         BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP_M: tl.constexpr,
+                         EVEN_K: tl.constexpr, TRIGGER: tl.constexpr):
+        tl.extra.cuda.gdc_wait()  # nothing is read or written before the kernel before this one has finished
+        if TRIGGER:
+            tl.extra.cuda.gdc_launch_dependents()
+        acc, rm, rn, pid_m, pid_n = tiled_product(a_ptr, b_ptr, M, N, K, stride_am, stride_bk, BM, BN, BK,
+                                                  GROUP_M, EVEN_K)
+        mask = (rm < M)[:, None] & (rn < N)[None, :]
+        tl.store(c_ptr + rm[:, None] * stride_cm + rn[None, :], acc.to(c_ptr.dtype.element_ty), mask=mask)
+
+    return matmul_tiled_gdc
+
+
+def pdl_launcher(cfg, m, n, k, pdl: bool, trigger: bool = False):
+    bm, bn, bk, warps, stages = cfg
+    grid = (-(-m // bm) * -(-n // bn),)
+    jit = pdl_kernel()[grid]
+
+    def run(a, b, c):
+        jit(a, b, c, m, n, k, k, n, n, BM=bm, BN=bn, BK=bk, GROUP_M=8, EVEN_K=k % bk == 0, TRIGGER=trigger,
+            num_warps=warps, num_stages=stages, launch_pdl=pdl)
+
+    return run
+
+
+def part_pdl(res: dict, deadline: float) -> None:
+    import torch
+
+    from kernelrl.gemm import check as chk
+    from kernelrl.gemm import timing as tm
+
+    out = res.setdefault("pdl", [])
+    rng = random.Random(11)
+    calls, rounds = 100, 31
+    x = torch.zeros(1024, device="cuda", dtype=torch.float32)
+    for (m, n, k) in PDL_SHAPES:
+        if time.perf_counter() - T0 > deadline:
+            log("pdl: deadline")
+            break
+        cfg = (64, 64, 64, 4, 2) if m * n >= 256 * 256 else (32, 64, 64, 2, 3)
+        fns = {"torch": torch.matmul, "torch_control": torch.matmul,
+               "tiled": tiled_launcher(cfg, m, n, k),
+               "tiled_gdc_nopdl": pdl_launcher(cfg, m, n, k, pdl=False),
+               "tiled_pdl": pdl_launcher(cfg, m, n, k, pdl=True),
+               "tiled_pdl_trigger": pdl_launcher(cfg, m, n, k, pdl=True, trigger=True)}
+        entry = {"m": m, "n": n, "k": k, "cfg": list(cfg), "checks": {}}
+        a, b = chk.random_inputs(m, n, k)
+        ref = chk.reference(a, b)
+        for lab, f in fns.items():
+            if lab.startswith("tiled"):
+                entry["checks"][lab] = chk.check(f, a, b, ref).ok
+        # producer -> consumer: each GEMM reads an A that the kernel just before it wrote; a call that read
+        # before its predecessor finished would see the previous input
+        srcs = [torch.randn(m, k, device="cuda", dtype=torch.float16) for _ in range(4)]
+        a_buf = torch.empty(m, k, device="cuda", dtype=torch.float16)
+        outs = [torch.empty(m, n, device="cuda", dtype=torch.float16) for _ in range(4)]
+        for lab in ("tiled_pdl", "tiled_pdl_trigger"):
+            f = fns[lab]
+
+            def body(f=f):
+                for i in range(4):
+                    a_buf.copy_(srcs[i])
+                    f(a_buf, b, outs[i])
+
+            tm.capture_graph(body).replay()
+            torch.cuda.synchronize()
+            entry["checks"][lab + "_producer"] = all(
+                chk.rel_err(outs[i], chk.reference(srcs[i], b)) < 1e-2 for i in range(4))
+        del ref, a
+        inp = tm.Inputs(m, n, k)
+
+        def gemm_body(f, takes_out, foreign):
+            def body():
+                for i in range(calls):
+                    if foreign:
+                        x.add_(1.0)
+                    tm._call(f, inp, i, takes_out)
+            return body
+
+        graphs = []
+        for lab, f in fns.items():
+            takes_out = lab.startswith("tiled")
+            graphs.append((lab, tm.capture_graph(gemm_body(f, takes_out, False))))
+            if lab != "torch_control" and lab != "tiled_gdc_nopdl":
+                graphs.append(("after_add:" + lab, tm.capture_graph(gemm_body(f, takes_out, True))))
+        graphs.append(("add_alone", tm.capture_graph(lambda: [x.add_(1.0) for _ in range(calls)])))
+        s = interleaved(graphs, calls, rounds, rng)
+        entry["us"] = {lab: statistics.median(v) for lab, v in s.items()}
+        entry["samples"] = s
+        out.append(entry)
+        u = entry["us"]
+        log(f"pdl {m}x{n}x{k}: torch {u['torch']:.2f} control {u['torch_control']:.2f} tiled {u['tiled']:.2f} "
+            f"gdc-no-pdl {u['tiled_gdc_nopdl']:.2f} pdl {u['tiled_pdl']:.2f} pdl+trigger {u['tiled_pdl_trigger']:.2f}"
+            f" | after add: torch {u['after_add:torch']:.2f} tiled {u['after_add:tiled']:.2f} "
+            f"pdl {u['after_add:tiled_pdl']:.2f} trigger {u['after_add:tiled_pdl_trigger']:.2f} "
+            f"add {u['add_alone']:.2f} | checks {entry['checks']}")
+        del graphs, inp
+
+
 def summarise(res: dict) -> list[str]:
     """The figures the findings quote from a probe's JSON: the tiled kernel's reach and the timing spread."""
     from kernelrl.gemm.shapes import Shape
@@ -771,6 +890,8 @@ def main() -> None:
             part_capacity(res)
         if "smallk" in parts:
             part_smallk(res, args.deadline, args.smallk_min_us, args.smallk_max_k)
+        if "pdl" in parts:
+            part_pdl(res, args.deadline)
     finally:
         (OUT / "gemm_probe.json").write_text(json.dumps(res))
         log("wrote gemm_probe.json")
