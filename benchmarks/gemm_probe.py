@@ -27,8 +27,15 @@ pdl:    programmatic dependent launch: the tiled kernel with `griddepcontrol.wai
         and each call after a small torch kernel that knows nothing of PDL (a model's graph). A variant that
         also lets its successor start early (`launch_dependents`) shows how much a back-to-back benchmark
         would flatter such a trigger. A producer-consumer graph checks that no call reads stale inputs.
+clusterk_fixed: the fixed cost of one cluster split-K launch: a 64x64 tensor-map tile from one K step per
+        block upwards, as built, with its tensor maps prefetched, and without its main loop or its reduction
+        (those two timed only), against the cp.async wgmma tile, the Triton tiled kernel and torch.matmul.
+after_foreign: the committed dispatch against torch.matmul on a sample of shapes of every family, timed in two
+        graphs: each call after the previous GEMM (the benchmark's graph) and each call after a small torch kernel
+        (a model's graph). A speedup that held only back to back would be the benchmark's, not the kernel's.
 
-    python3 benchmarks/gemm_probe.py [--parts floor,tiled,noise,clusterk,clusterk_ab,smallk,host,capacity,pdl]
+    python3 benchmarks/gemm_probe.py [--parts floor,tiled,noise,clusterk,clusterk_ab,smallk,host,capacity,pdl,
+                                     clusterk_fixed,after_foreign]
                                      [--deadline S]
     python3 benchmarks/gemm_probe.py --summarise benchmarks/results/gemm_runs/probe_floor_tiled_noise.json
 """
@@ -449,7 +456,30 @@ CLUSTERK_VARIANTS = {  # label: (bm, bn, bk, stages, warps along M, warps along 
     "64x64x256_s3_tma": (64, 64, 256, 3, 4, 1, 1, 1, 1, 1, 1),
     "64x128x128_s3_tma": (64, 128, 128, 3, 4, 1, 1, 1, 1, 1, 1),
     "128x64x128_s3_tma": (128, 64, 128, 3, 8, 1, 1, 1, 1, 1, 1),
+    # the fixed cost of a launch (part clusterk_fixed): the tensor maps prefetched at the top of the kernel, and
+    # two variants that leave out the main loop or the reduction (their results are wrong; timed only)
+    "64x64x128_s6_tma_prefetch": (64, 64, 128, 6, 4, 1, 1, 1, 1, 1, 1, {"KR_PREFETCH_TMAP": 1}),
+    "64x64x128_s6_tma_noloop": (64, 64, 128, 6, 4, 1, 1, 1, 1, 1, 1, {"KR_PROBE_SKIP": 1}),
+    "64x64x128_s6_tma_noreduce": (64, 64, 128, 6, 4, 1, 1, 1, 1, 1, 1, {"KR_PROBE_SKIP": 2}),
+    "64x64x128_s6_tma_empty": (64, 64, 128, 6, 4, 1, 1, 1, 1, 1, 1, {"KR_PROBE_SKIP": 3}),
+    "64x64x128_s6_tma_initonly": (64, 64, 128, 6, 4, 1, 1, 1, 1, 1, 1, {"KR_PROBE_SKIP": 4}),
+    "64x64x128_s3_tma_empty": (64, 64, 128, 3, 4, 1, 1, 1, 1, 1, 1, {"KR_PROBE_SKIP": 3}),
+    "64x64x128_s6_tma_noloop_nopush": (64, 64, 128, 6, 4, 1, 1, 1, 1, 1, 1, {"KR_PROBE_SKIP": 5}),
+    "64x64x128_s6_tma_noloop_nosum": (64, 64, 128, 6, 4, 1, 1, 1, 1, 1, 1, {"KR_PROBE_SKIP": 6}),
+    "64x64x128_s6_tma_noloop_sumonly": (64, 64, 128, 6, 4, 1, 1, 1, 1, 1, 1, {"KR_PROBE_SKIP": 7}),
+    # partials pushed by asynchronous stores counted on each owner's mbarrier, without the cluster barrier
+    "64x64x128_s6_tma_stasync": (64, 64, 128, 6, 4, 1, 1, 1, 1, 1, 1, {"KR_ST_ASYNC": 1}),
+    "64x64x128_s6_tma_stasync_bar": (64, 64, 128, 6, 4, 1, 1, 1, 1, 1, 1, {"KR_ST_ASYNC": 2}),
+    "64x64x128_s6_tma_noloop_stasync": (64, 64, 128, 6, 4, 1, 1, 1, 1, 1, 1, {"KR_ST_ASYNC": 1, "KR_PROBE_SKIP": 1}),
+    "64x64x64_s8_wg_stasync": (64, 64, 64, 8, 4, 1, 1, 1, 1, 1, 0, {"KR_ST_ASYNC": 1}),
+    "128x64x64_s6_tma_stasync": (128, 64, 64, 6, 8, 1, 1, 1, 1, 1, 1, {"KR_ST_ASYNC": 1}),
+    # the integer and pointer parameters before the tensor maps
+    "64x64x128_s6_tma_scalarsfirst": (64, 64, 128, 6, 4, 1, 1, 1, 1, 1, 1, {"KR_SCALARS_FIRST": 1}),
+    "64x64x128_s6_tma_noloop_scalarsfirst": (64, 64, 128, 6, 4, 1, 1, 1, 1, 1, 1,
+                                             {"KR_SCALARS_FIRST": 1, "KR_PROBE_SKIP": 1}),
 }
+UNCHECKED = ("_noloop", "_noreduce", "_empty", "_initonly", "_nopush", "_nosum", "_sumonly",
+             "_noloop_stasync", "_noloop_scalarsfirst")  # results wrong by design
 # --clusterk-variants: the labels to build and time (all by default)
 CLUSTERK_SHAPES = [(64, 64, 2048), (64, 64, 4096), (64, 64, 16384), (128, 128, 8192), (512, 512, 4096),
                    (1024, 1024, 4096), (256, 2048, 8192)]
@@ -465,11 +495,12 @@ def build_clusterk_variants(labels: list[str] | None = None):
     from kernelrl.gemm.space import ClusterKConfig
 
     def command(label: str) -> list[str]:  # called only for an object not built yet
-        bm, bn, bk, st, wm, wn, push, hint, wg, fence, *tma = CLUSTERK_VARIANTS[label]
-        cfg = ClusterKConfig(bm, bn, bk, st, wm * wn, wgmma=bool(wg), tma=bool(tma and tma[0]))
+        bm, bn, bk, st, wm, wn, push, hint, wg, fence, *rest = CLUSTERK_VARIANTS[label]
+        tma, extra = (rest[0] if rest else 0), (rest[1] if len(rest) > 1 else {})
+        cfg = ClusterKConfig(bm, bn, bk, st, wm * wn, wgmma=bool(wg), tma=bool(tma))
         return b.clusterk_command(cfg, {
             "KR_NAME": f"probe_{label}", "KR_WM": wm, "KR_WN": wn, "KR_PUSH": push, "KR_L2_HINT": hint,
-            "KR_PROXY_FENCE": fence})
+            "KR_PROXY_FENCE": fence, **extra})
 
     variants = {lab: v for lab, v in CLUSTERK_VARIANTS.items() if not labels or lab in labels}
     objects = {f"probe_{lab}": functools.partial(command, lab) for lab in variants}
@@ -478,11 +509,30 @@ def build_clusterk_variants(labels: list[str] | None = None):
     return ctypes.CDLL(str(lib)), variants
 
 
+def add_variant(lib, label: str, splits: int, shape: tuple[int, int, int], a, b, ref, entry: dict, fns: dict,
+                keep_wrong: bool = False) -> None:
+    """Probe variant `label` in clusters of `splits` on `shape`, checked on (a, b) against `ref`: into `fns` for
+    timing if correct (or `keep_wrong`), else its reason into entry["failed"]."""
+    from kernelrl.gemm import check as chk
+    from kernelrl.gemm import clusterk
+
+    name = f"{label}/c{splits}"
+    try:
+        fn = clusterk.launcher(lib, "probe_" + label, name, splits, *shape)
+        c = chk.check(fn, a, b, ref)
+    except (ValueError, RuntimeError) as e:
+        entry["failed"][name] = str(e)[:200]
+        return
+    if c.ok or keep_wrong:
+        fns[name] = (fn, True)
+    else:
+        entry["failed"][name] = c.reason
+
+
 def part_clusterk(res: dict, deadline: float, labels: list[str] | None = None) -> None:
     import torch
 
     from kernelrl.gemm import check as chk
-    from kernelrl.gemm import clusterk
     from kernelrl.gemm import timing as tm
 
     lib, variants = build_clusterk_variants(labels)
@@ -504,17 +554,7 @@ def part_clusterk(res: dict, deadline: float, labels: list[str] | None = None) -
             for s in (1, 2, 4, 8, 16):
                 if k < s * bk:
                     continue
-                name = f"{label}/c{s}"
-                try:
-                    fn = clusterk.launcher(lib, "probe_" + label, name, s, m, n, k)
-                    c = chk.check(fn, a, b_, ref)
-                except (ValueError, RuntimeError) as e:
-                    entry["failed"][name] = str(e)[:200]
-                    continue
-                if c.ok:
-                    fns[name] = (fn, True)
-                else:
-                    entry["failed"][name] = c.reason
+                add_variant(lib, label, s, (m, n, k), a, b_, ref, entry, fns)
         del ref, a, b_
         inp = tm.Inputs(m, n, k)
         t = tm.time_graphs(fns, inp, 100, 15, rng)
@@ -524,6 +564,145 @@ def part_clusterk(res: dict, deadline: float, labels: list[str] | None = None) -
         tiled = min(v for lab, v in t.items() if lab.startswith("tiled"))
         log(f"clusterk {m}x{n}x{k}: torch {t['torch']:.2f} tiled {tiled:.2f} "
             f"best {', '.join(f'{lab} {v:.2f}' for v, lab in best)}; failed {len(entry['failed'])}")
+
+
+# part clusterk_fixed: (m, n, k, cluster sizes); K from one K step per block upwards, so that the time at K -> 0
+# is the launch's fixed cost
+FIXED_CASES = [(64, 64, 128, (1,)), (64, 64, 512, (1, 4)), (64, 64, 2048, (1, 8, 16)), (64, 64, 4096, (8, 16)),
+               (128, 128, 4096, (8,)), (256, 256, 4096, (6,)), (64, 2048, 8192, (3,)), (128, 128, 2048, (5, 7)),
+               (256, 128, 4096, (2, 4))]
+# every variant of the five runs in gemm_runs/probe_clusterk_fixed_*.log (each ran a subset of these, on a subset of
+# FIXED_CASES); --clusterk-variants picks some
+FIXED_LABELS = ["64x64x128_s6_tma", "64x64x128_s6_tma_prefetch", "64x64x128_s6_tma_scalarsfirst",
+                "64x64x128_s6_tma_stasync", "64x64x128_s6_tma_stasync_bar", "64x64x128_s6_tma_noloop",
+                "64x64x128_s6_tma_noreduce", "64x64x128_s6_tma_empty", "64x64x128_s3_tma_empty",
+                "64x64x128_s6_tma_initonly", "64x64x128_s6_tma_noloop_nopush", "64x64x128_s6_tma_noloop_nosum",
+                "64x64x128_s6_tma_noloop_sumonly", "64x64x128_s6_tma_noloop_stasync",
+                "64x64x128_s6_tma_noloop_scalarsfirst", "64x64x64_s8_wg", "64x64x64_s8_wg_stasync",
+                "128x64x64_s6_tma", "128x64x64_s6_tma_stasync"]
+
+
+def part_clusterk_fixed(res: dict, deadline: float, labels: list[str] | None = None) -> None:
+    import torch
+
+    from kernelrl.gemm import check as chk
+    from kernelrl.gemm import timing as tm
+
+    lib, variants = build_clusterk_variants(labels or FIXED_LABELS)
+    out = res.setdefault("clusterk_fixed", [])
+    rng = random.Random(13)
+    for m, n, k, sizes in FIXED_CASES:
+        if time.perf_counter() - T0 > deadline:
+            log("clusterk_fixed: deadline")
+            break
+        a, b_ = chk.random_inputs(m, n, k)
+        ref = chk.reference(a, b_)
+        fns = {"torch": (torch.matmul, False), "torch_control": (torch.matmul, False),
+               "tiled:64x64x128_s3_w4": (tiled_launcher((64, 64, 128, 4, 3), m, n, k), True)}
+        entry = {"m": m, "n": n, "k": k, "failed": {}}
+        for label in variants:
+            for s in sizes:
+                add_variant(lib, label, s, (m, n, k), a, b_, ref, entry, fns, keep_wrong=label.endswith(UNCHECKED))
+        del ref, a, b_
+        inp = tm.Inputs(m, n, k)
+        t = tm.time_graphs(fns, inp, 100, 21, rng)
+        entry["us"] = t
+        out.append(entry)
+        log(f"clusterk_fixed {m}x{n}x{k}: " + " ".join(f"{lab} {v:.2f}" for lab, v in t.items())
+            + f"; failed {entry['failed']}")
+
+
+def launch_once(specs: list[str]) -> None:
+    """Each "LABEL/cS@MxNxK": probe variant LABEL in clusters of S on fresh inputs, launched once after one
+    warm-up launch, for a profiler to catch (`ncu --launch-skip` counts the warm-ups)."""
+    import torch
+
+    from kernelrl.gemm import check as chk
+    from kernelrl.gemm import clusterk
+
+    labels = sorted({spec.split("/c")[0] for spec in specs})
+    lib, _ = build_clusterk_variants(labels)
+    for spec in specs:
+        name, shape = spec.split("@")
+        label, splits = name.split("/c")
+        m, n, k = map(int, shape.split("x"))
+        a, b = chk.random_inputs(m, n, k)
+        c = torch.empty(m, n, device="cuda", dtype=torch.float16)
+        fn = clusterk.launcher(lib, "probe_" + label, name, int(splits), m, n, k)
+        fn(a, b, c)
+        torch.cuda.synchronize()
+        fn(a, b, c)
+        torch.cuda.synchronize()
+        log(f"once {spec}")
+
+
+def foreign_sample(rows: list[dict], per_family: int, max_us: float) -> list[dict]:
+    """Up to `per_family` shapes of each kernel family in the committed CSV, spread evenly over torch.matmul's
+    time up to `max_us`."""
+    by_family: dict[str, list[dict]] = {}
+    for r in rows:
+        if float(r["torch_us"]) <= max_us:
+            by_family.setdefault(r["kernel"].split(":")[0], []).append(r)
+    out = []
+    for fam in sorted(by_family):
+        rs = sorted(by_family[fam], key=lambda r: float(r["torch_us"]))
+        step = max(1, len(rs) / per_family)
+        out += [rs[int(i * step)] for i in range(min(per_family, len(rs)))]
+    return out
+
+
+def part_after_foreign(res: dict, deadline: float, per_family: int = 12, max_us: float = 40.0) -> None:
+    import torch
+
+    from kernelrl.gemm import timing as tm
+    from kernelrl.gemm.dispatch import Dispatcher
+    from kernelrl.gemm.table import DEFAULT_TABLE, Table
+
+    disp = Dispatcher(Table.load(DEFAULT_TABLE))
+    with (ROOT / "benchmarks" / "results" / "gemm_h200.csv").open() as f:
+        rows = [r for r in csv.DictReader(f) if r["dtype"] == "fp16"]
+    out = res.setdefault("after_foreign", [])
+    rng = random.Random(17)
+    x = torch.zeros(1024, device="cuda", dtype=torch.float32)
+    for r in foreign_sample(rows, per_family, max_us):
+        if time.perf_counter() - T0 > deadline:
+            log("after_foreign: deadline")
+            break
+        m, n, k = int(r["m"]), int(r["n"]), int(r["k"])
+        inp = tm.Inputs(m, n, k)
+        calls = tm.calls_for(float(r["torch_us"]))
+        graphs = []
+        for lab, f in (("torch", torch.matmul), ("kernelrl", disp)):
+            f(inp.a[0], inp.b[0])
+            for foreign in (False, True):
+                def body(f=f, foreign=foreign, inp=inp):
+                    for i in range(calls):
+                        if foreign:
+                            x.add_(1.0)
+                        tm._call(f, inp, i, False)
+                graphs.append((("after_add:" if foreign else "") + lab, tm.capture_graph(body)))
+        graphs.append(("add_alone", tm.capture_graph(lambda: [x.add_(1.0) for _ in range(calls)])))
+        smp = interleaved(graphs, calls, 21, rng)
+        add = smp["add_alone"]
+        back = [t / c for t, c in zip(smp["torch"], smp["kernelrl"])]
+        after = [(t - a) / (c - a) for t, c, a in zip(smp["after_add:torch"], smp["after_add:kernelrl"], add)]
+        entry = {"m": m, "n": n, "k": k, "kernel": disp.kernel_for(m, n, k, torch.float16), "calls": calls,
+                 "us": {lab: statistics.median(v) for lab, v in smp.items()},
+                 "speedup_back_to_back": statistics.median(back), "speedup_after_add": statistics.median(after),
+                 "committed_speedup": float(r["speedup_paired"])}
+        out.append(entry)
+        log(f"after_foreign {m}x{n}x{k} {entry['kernel'][:40]}: back to back {entry['speedup_back_to_back']:.3f}, "
+            f"after an add {entry['speedup_after_add']:.3f} (committed {entry['committed_speedup']:.3f}; "
+            f"add {entry['us']['add_alone']:.2f} us)")
+        del graphs, inp
+    fams: dict[str, list] = {}
+    for e in out:
+        fams.setdefault(e["kernel"].split(":")[0], []).append(e)
+    for fam, es in sorted(fams.items()):
+        g = {key: math.exp(statistics.fmean(math.log(e[key]) for e in es))
+             for key in ("speedup_back_to_back", "speedup_after_add", "committed_speedup")}
+        log(f"after_foreign {fam} ({len(es)} shapes): back to back {g['speedup_back_to_back']:.3f}, after an add "
+            f"{g['speedup_after_add']:.3f}, committed CSV {g['committed_speedup']:.3f}")
 
 
 # --ab-rev: (m, n, k, cluster split-K kernel) pairs timed from both sources; names with groups (current only)
@@ -745,7 +924,7 @@ def part_pdl(res: dict, deadline: float) -> None:
         del ref, a
         inp = tm.Inputs(m, n, k)
 
-        def gemm_body(f, takes_out, foreign):
+        def gemm_body(f, takes_out, foreign, inp=inp):
             def body():
                 for i in range(calls):
                     if foreign:
@@ -856,14 +1035,21 @@ def main() -> None:
                     "at least this long on")
     ap.add_argument("--smallk-max-k", type=int, default=256, help="part smallk: shapes with K up to this")
     ap.add_argument("--summarise", metavar="JSON", help="print the summary of an earlier probe's JSON and stop")
+    ap.add_argument("--once", default="", metavar="LABEL/cS@MxNxK,...", help="launch each of these cluster "
+                    "split-K probe variants once (for a profiler: nothing is timed) and stop")
     args = ap.parse_args()
     if args.summarise:
         print("\n".join(summarise(json.loads(Path(args.summarise).read_text()))))
         return
     OUT.mkdir(parents=True, exist_ok=True)
+    if args.once:
+        launch_once(args.once.split(","))
+        return
     if args.build_only:
         if "clusterk_ab" in args.parts.split(","):
             build_ab(args.ab_rev)
+        elif "clusterk_fixed" in args.parts.split(","):
+            build_clusterk_variants([v for v in args.clusterk_variants.split(",") if v] or FIXED_LABELS)
         else:
             build_clusterk_variants([v for v in args.clusterk_variants.split(",") if v])
         return
@@ -892,6 +1078,10 @@ def main() -> None:
             part_smallk(res, args.deadline, args.smallk_min_us, args.smallk_max_k)
         if "pdl" in parts:
             part_pdl(res, args.deadline)
+        if "after_foreign" in parts:
+            part_after_foreign(res, args.deadline)
+        if "clusterk_fixed" in parts:
+            part_clusterk_fixed(res, args.deadline, [v for v in args.clusterk_variants.split(",") if v])
     finally:
         (OUT / "gemm_probe.json").write_text(json.dumps(res))
         log("wrote gemm_probe.json")

@@ -9,6 +9,16 @@ nothing.
     diff before.txt after.txt
 
 Needs Triton (the `gemm` extra) and its bundled `cuobjdump`; compiles 72 kernels (about 75 s on two cores).
+
+`--clusterk SOURCE` does the same for the CUDA cluster split-K family: every configuration the search uses,
+compiled by nvcc from SOURCE (a copy of kernels/cluster_splitk.cu at any revision) with the build's own command,
+into `--build-dir` (objects already there from the same source are reused, as the build reuses them), one line per
+configuration with a hash of its SASS. Kernel names are left out, since the anonymous namespace puts a hash of
+the file's path in them.
+
+    git show REV:src/kernelrl/gemm/kernels/cluster_splitk.cu > /tmp/old.cu
+    python benchmarks/gemm_sass.py --clusterk /tmp/old.cu --build-dir /tmp/old_ck > before.txt
+    python benchmarks/gemm_sass.py --clusterk src/kernelrl/gemm/kernels/cluster_splitk.cu > after.txt
 """
 from __future__ import annotations
 
@@ -32,6 +42,12 @@ def sass(cubin: bytes, cuobjdump: str) -> list[str]:
         f.flush()
         out = subprocess.run([cuobjdump, "-sass", f.name], capture_output=True, text=True, check=True).stdout
     return [m.group(1) for m in map(_INSTRUCTION.search, out.splitlines()) if m]
+
+
+def _bundled_cuobjdump() -> str:
+    import triton
+
+    return str(Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump")
 
 
 def kernels():
@@ -62,15 +78,47 @@ def kernels():
         yield c.name, matmul_tma_persistent, sig, const, dict(num_warps=c.warps, num_stages=c.stages)
 
 
+def clusterk_lines(source: Path, build_dir: Path, cuobjdump: str, only: str = ""):
+    """(symbol, SASS hash, instruction count) of every cluster split-K configuration compiled from `source`."""
+    from kernelrl.gemm import build as b
+    from kernelrl.gemm.space import CLUSTERK_TILES
+
+    configs = [c for c in CLUSTERK_TILES if only in c.symbol]
+
+    def command(cfg) -> list[str]:
+        cmd = b.clusterk_command(cfg)
+        return [str(source.resolve()) if a == str(b.CK_SOURCE) else a for a in cmd]
+
+    b._compile_and_link({c.symbol: (lambda c=c: command(c)) for c in configs}, source, "libsass_clusterk.so",
+                        build_dir, None, lambda msg: print(msg, file=sys.stderr))
+    digest = b._digest(source)
+    for c in configs:
+        out = subprocess.run([cuobjdump, "-sass", str(build_dir / f"{c.symbol}.{digest}.o")], capture_output=True,
+                             text=True, check=True).stdout
+        lines = [m.group(1) for m in map(_INSTRUCTION.search, out.splitlines()) if m]
+        yield c.symbol, hashlib.sha256("\n".join(lines).encode()).hexdigest()[:16], len(lines)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--only", default="", help="only configurations whose label contains this")
+    ap.add_argument("--clusterk", type=Path, metavar="SOURCE", help="the cluster split-K family, from SOURCE")
+    ap.add_argument("--build-dir", type=Path, help="where --clusterk's objects go (default: the build's own)")
+    ap.add_argument("--cuobjdump", default="", help="cuobjdump to use (default: the one Triton bundles)")
     args = ap.parse_args()
+    if args.clusterk:
+        from kernelrl.gemm import build as b
+
+        tool = args.cuobjdump or _bundled_cuobjdump()
+        for symbol, digest, n in clusterk_lines(args.clusterk, args.build_dir or b.DEFAULT_BUILD_DIR, tool,
+                                                args.only):
+            print(f"{symbol} {digest} {n}", flush=True)
+        return
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    cuobjdump = str(Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump")
+    cuobjdump = args.cuobjdump or _bundled_cuobjdump()
     target = GPUTarget("cuda", 90, 32)
     for label, fn, sig, const, opts in kernels():
         if args.only not in label:

@@ -46,6 +46,22 @@ constexpr int kSpareRows = 8;
 #ifndef KR_WGMMA
 #define KR_WGMMA 0
 #endif
+// KR_PREFETCH_TMAP=1: thread 0 prefetches the two tensor maps at the top of the kernel, before the barriers are
+// set up, so that the first copy need not fetch them. KR_PROBE_SKIP (measurements of the fixed cost only, wrong
+// results): 1 leaves out the main loop, 2 the reduction (rank 0 writes its own partial tile), 3 returns at the
+// top of the kernel, 4 returns once the barriers are set up and every block of the cluster has started; with the
+// main loop left out, 5 also leaves out the pushes, 6 the owners' sums and stores, 7 the pushes and barriers.
+#ifndef KR_PREFETCH_TMAP
+#define KR_PREFETCH_TMAP 0
+#endif
+#ifndef KR_PROBE_SKIP
+#define KR_PROBE_SKIP 0
+#endif
+// KR_SCALARS_FIRST=1 (tensor-map kernel): the pointer and integer parameters come before the two tensor maps, so
+// that they sit at the start of the parameter space.
+#ifndef KR_SCALARS_FIRST
+#define KR_SCALARS_FIRST 0
+#endif
 #ifndef KR_TMA
 #define KR_TMA 0
 #endif
@@ -71,6 +87,13 @@ constexpr int kSpareRows = 8;
 #ifndef KR_PROXY_FENCE
 #define KR_PROXY_FENCE 1
 #endif
+// KR_ST_ASYNC (wgmma loops): 0 pushes partials with plain stores to the owners' shared memory, then a cluster
+// barrier (its release orders every earlier write, GPU-wide); 1 pushes them with asynchronous stores that count
+// their bytes on the owner's receive mbarrier, and each owner waits for its own bytes only (no cluster barrier);
+// 2 as 1, with a relaxed cluster barrier at the end.
+#ifndef KR_ST_ASYNC
+#define KR_ST_ASYNC 0
+#endif
 #if KR_WGMMA && !KR_PUSH
 #error "the wgmma main loop pushes its partials (KR_PUSH=1)"
 #endif
@@ -81,6 +104,45 @@ namespace {
 
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// The receive mbarrier of the asynchronous push (KR_ST_ASYNC), thread 0 only: one arrival (its own, expecting
+// `bytes`) and the bytes every block of the cluster stores into this block's receive region.
+__device__ __forceinline__ void recv_barrier_init(uint64_t* bar, uint32_t bytes) {
+  const uint32_t a = smem_addr(bar);
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(a) : "memory");
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");  // before other blocks store against it
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(a), "r"(bytes) : "memory");
+}
+
+// Waits until every byte this block expects has landed (phase 0 of the receive mbarrier).
+__device__ __forceinline__ void recv_barrier_wait(uint64_t* bar) {
+  asm volatile(
+      "{\n .reg .pred done;\n"
+      "KR_RECV_WAIT:\n"
+      " mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 done, [%0], 0;\n"
+      " @!done bra KR_RECV_WAIT;\n}\n" ::"r"(smem_addr(bar))
+      : "memory");
+}
+
+// This block's shared-memory address `a` as seen in block `rank` of the cluster.
+__device__ __forceinline__ uint32_t cluster_addr(uint32_t a, int rank) {
+  uint32_t d;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(d) : "r"(a), "r"(rank));
+  return d;
+}
+
+// Stores two floats into another block's shared memory and counts their 8 bytes on its mbarrier.
+__device__ __forceinline__ void store_async2(uint32_t dst, float x, float y, uint32_t bar) {
+  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v2.f32 [%0], {%1, %2}, [%3];\n" ::"r"(dst),
+               "f"(x), "f"(y), "r"(bar)
+               : "memory");
+}
+
+// Rows of a BM-row tile that block `rank` of `splits` owns: ceil(BM / splits), fewer (or none) for the last.
+__device__ __forceinline__ int owned_rows(int bm, int splits, int rank) {
+  const int rows_per = (bm + splits - 1) / splits;
+  return rows_per * (rank + 1) <= bm ? rows_per : max(0, bm - rows_per * rank);
 }
 
 // 16 bytes global -> shared (address in the shared window), bypassing L1; zero-filled (nothing read) when
@@ -421,8 +483,9 @@ struct WgGeometry {
   static constexpr size_t kABytes = size_t(STAGES) * kAStage, kPipeBytes = kABytes + size_t(STAGES) * kBStage;
   static constexpr size_t kAlign = 1024;  // a 128-byte swizzle repeats every 1024 bytes: its atoms start there
   static constexpr size_t kRecvBytes = size_t(BM + kSpareRows) * kRStride * 4;  // partial sums received (fp32 rows)
-  // KR_TMA: a full and an empty mbarrier per stage after the receive region
-  static constexpr size_t kBarBytes = KR_TMA ? 2 * STAGES * sizeof(uint64_t) : 0;
+  // after the receive region: KR_TMA's full and empty mbarrier per stage, then KR_ST_ASYNC's receive mbarrier
+  static constexpr size_t kStageBarBytes = KR_TMA ? 2 * STAGES * sizeof(uint64_t) : 0;
+  static constexpr size_t kBarBytes = kStageBarBytes + (KR_ST_ASYNC ? sizeof(uint64_t) : 0);
   static constexpr size_t kSmemBytes = kAlign + kPipeBytes + kRecvBytes + kBarBytes;
   static constexpr int kALoads = BM * BK / 8 / kThreads, kBLoads = BK * BN / 8 / kThreads;  // per thread
   static_assert(kALoads * kThreads * 8 == BM * BK && kBLoads * kThreads * 8 == BK * BN, "whole 16-byte copies");
@@ -444,6 +507,22 @@ __device__ __forceinline__ void wg_step(Mma& mma, const FA& tCrA, const FB& tCrB
 // The end of both wgmma kernels: each block pushes its partial rows to the blocks that own them (as the mma.sync
 // kernel does), then each owner sums its rows and writes them to C (or, with several clusters per tile, meets
 // the other clusters' sums in the workspace).
+// The receive mbarrier of KR_ST_ASYNC, after the stage barriers.
+template <typename G>
+__device__ __forceinline__ uint64_t* recv_barrier(unsigned char* smem) {
+  return reinterpret_cast<uint64_t*>(smem + G::kPipeBytes + G::kRecvBytes + G::kStageBarBytes);
+}
+
+// Thread 0, before the cluster's first barrier: the receive mbarrier, expecting every block's partial of this
+// block's rows (KR_ST_ASYNC only).
+template <typename G>
+__device__ __forceinline__ void init_receive(unsigned char* smem, const Share& sh) {
+  if constexpr (KR_ST_ASYNC != 0) {
+    const uint32_t bytes = uint32_t(owned_rows(G::kBM, sh.splits, sh.rank)) * G::kBN * 4 * sh.splits;
+    recv_barrier_init(recv_barrier<G>(smem), bytes);
+  }
+}
+
 template <typename T, typename G, bool kGrouped, class Acc, class Thr>
 __device__ __forceinline__ void wg_push_and_sum(const Acc& acc, const Thr& thr, cg::cluster_group& cluster,
                                                 unsigned char* smem, const Share& sh, T* C, int M, int N,
@@ -454,14 +533,33 @@ __device__ __forceinline__ void wg_push_and_sum(const Acc& acc, const Thr& thr, 
   const int rows_per = (BM + sh.splits - 1) / sh.splits;  // as the mma.sync kernel: the last may own fewer
   Tensor coord = thr.partition_C(make_identity_tensor(Shape<Int<BM>, Int<BN>>{}));  // (row, column) of each value
   asm volatile("barrier.cluster.wait.aligned;\n" ::: "memory");  // every block of the cluster has started
+  if constexpr (KR_ST_ASYNC != 0) {
+    const uint32_t recv_at = smem_addr(recv), bar_at = smem_addr(recv_barrier<G>(smem));
 #pragma unroll
-  for (int v = 0; v < size(acc); v += 2) {  // values 2j and 2j + 1 are neighbours in one row
-    const int r = get<0>(coord(v)), c = get<1>(coord(v));
-    float* slot = cluster.map_shared_rank(recv, r / rows_per) + (sh.rank * rows_per + r % rows_per) * G::kRStride;
-    *reinterpret_cast<float2*>(slot + c) = make_float2(acc(v), acc(v + 1));
+    for (int v = 0; v < size(acc); v += 2) {  // values 2j and 2j + 1 are neighbours in one row
+      const int r = get<0>(coord(v)), c = get<1>(coord(v)), owner = r / rows_per;
+      const uint32_t slot = recv_at + uint32_t(((sh.rank * rows_per + r % rows_per) * G::kRStride + c) * 4);
+      store_async2(cluster_addr(slot, owner), acc(v), acc(v + 1), cluster_addr(bar_at, owner));
+    }
+    recv_barrier_wait(recv_barrier<G>(smem));  // every block's partial of this block's rows has landed
+    sum_own_rows<T, BM, BN, G::kThreads, G::kRStride, kGrouped>(recv, rows_per, sh, C, M, N, ws, counters, tid);
+    if constexpr (KR_ST_ASYNC == 2) {
+      asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");
+      asm volatile("barrier.cluster.wait.aligned;\n" ::: "memory");
+    }
+    return;
   }
-  cluster.sync();  // every partial has landed in its owner's shared memory; nothing remote is touched after
-  sum_own_rows<T, BM, BN, G::kThreads, G::kRStride, kGrouped>(recv, rows_per, sh, C, M, N, ws, counters, tid);
+  if constexpr (KR_PROBE_SKIP != 5 && KR_PROBE_SKIP != 7) {
+#pragma unroll
+    for (int v = 0; v < size(acc); v += 2) {  // values 2j and 2j + 1 are neighbours in one row
+      const int r = get<0>(coord(v)), c = get<1>(coord(v));
+      float* slot = cluster.map_shared_rank(recv, r / rows_per) + (sh.rank * rows_per + r % rows_per) * G::kRStride;
+      *reinterpret_cast<float2*>(slot + c) = make_float2(acc(v), acc(v + 1));
+    }
+  }
+  if constexpr (KR_PROBE_SKIP != 7) cluster.sync();  // every partial has landed in its owner's shared memory
+  if constexpr (KR_PROBE_SKIP != 6)
+    sum_own_rows<T, BM, BN, G::kThreads, G::kRStride, kGrouped>(recv, rows_per, sh, C, M, N, ws, counters, tid);
 }
 
 template <typename T, int BM, int BN, int BK, int STAGES, bool kGrouped>
@@ -482,6 +580,10 @@ __global__ void __launch_bounds__(BM / 64 * 128)
   const Share sh = block_share<BM, BN, BK, kGrouped>(cluster, K, tiles_n);
   const int m0 = sh.m0, n0 = sh.n0, kt0 = sh.kt0, nk = sh.nk;
   const int tid = threadIdx.x;
+  if constexpr (KR_ST_ASYNC != 0) {
+    if (tid == 0) init_receive<G>(smem, sh);
+    __syncthreads();
+  }
   // Shared memory of another block may be written only once that block runs: arrive now, wait before pushing.
   asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");
 
@@ -582,10 +684,18 @@ struct TmaMaps {
 
 template <typename T, int BM, int BN, int BK, int STAGES, bool kGrouped>
 __global__ void __launch_bounds__(BM / 64 * 128)
-    cluster_splitk_tma(CUTE_GRID_CONSTANT typename TmaMaps<T, BM, BN, BK, STAGES>::A const tma_a,
+    cluster_splitk_tma(
+#if KR_SCALARS_FIRST
+                       T* __restrict__ C, int M, int N, int K, int tiles_n,
+                       float* __restrict__ ws, unsigned* __restrict__ counters,
+                       CUTE_GRID_CONSTANT typename TmaMaps<T, BM, BN, BK, STAGES>::A const tma_a,
+                       CUTE_GRID_CONSTANT typename TmaMaps<T, BM, BN, BK, STAGES>::B const tma_b) {
+#else
+                       CUTE_GRID_CONSTANT typename TmaMaps<T, BM, BN, BK, STAGES>::A const tma_a,
                        CUTE_GRID_CONSTANT typename TmaMaps<T, BM, BN, BK, STAGES>::B const tma_b,
                        T* __restrict__ C, int M, int N, int K, int tiles_n,
                        float* __restrict__ ws, unsigned* __restrict__ counters) {
+#endif
   using namespace cute;
   using G = WgGeometry<T, BM, BN, BK, STAGES>;
   using E = typename G::E;
@@ -600,8 +710,16 @@ __global__ void __launch_bounds__(BM / 64 * 128)
 
   cg::cluster_group cluster = cg::this_cluster();
   const Share sh = block_share<BM, BN, BK, kGrouped>(cluster, K, tiles_n);
-  const int m0 = sh.m0, n0 = sh.n0, kt0 = sh.kt0, nk = sh.nk;
+  const int m0 = sh.m0, n0 = sh.n0, kt0 = sh.kt0;
+  const int nk = KR_PROBE_SKIP == 1 || KR_PROBE_SKIP >= 5 ? 0 : sh.nk;
   const int tid = threadIdx.x;
+  if constexpr (KR_PROBE_SKIP == 3) return;
+#if KR_PREFETCH_TMAP
+  if (tid == 0) {
+    cute::prefetch_tma_descriptor(tma_a.get_tma_descriptor());
+    cute::prefetch_tma_descriptor(tma_b.get_tma_descriptor());
+  }
+#endif
   if (tid == 0) {
 #pragma unroll
     for (int s = 0; s < STAGES; ++s) {
@@ -609,10 +727,15 @@ __global__ void __launch_bounds__(BM / 64 * 128)
       Empty::init(&empty[s], G::kThreads);
     }
     cutlass::arch::fence_barrier_init();  // the barriers are initialised before the copy engine signals them
+    init_receive<G>(smem, sh);
   }
   __syncthreads();
   // Shared memory of another block may be written only once that block runs: arrive now, wait before pushing.
   asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");
+  if constexpr (KR_PROBE_SKIP == 4) {
+    asm volatile("barrier.cluster.wait.aligned;\n" ::: "memory");
+    return;
+  }
 
   // This block's tiles of A and B along K: (BM, BK, K steps) and (BN, BK, K steps) in the tensor maps'
   // coordinates; a stage takes one copy of each.
@@ -652,7 +775,18 @@ __global__ void __launch_bounds__(BM / 64 * 128)
   }
   warpgroup_wait<0>();
   warpgroup_fence_operand(acc);
+#if KR_PROBE_SKIP == 2
+  asm volatile("barrier.cluster.wait.aligned;\n" ::: "memory");
+  if (sh.rank == 0) {
+    Tensor coord = thr.partition_C(make_identity_tensor(Shape<Int<BM>, Int<BN>>{}));
+    for (int v = 0; v < size(acc); ++v) {
+      const int r = get<0>(coord(v)), c = get<1>(coord(v));
+      if (m0 + r < M && n0 + c < N) C[size_t(m0 + r) * N + n0 + c] = static_cast<T>(acc(v));
+    }
+  }
+#else
   wg_push_and_sum<T, G, kGrouped>(acc, thr, cluster, smem, sh, C, M, N, ws, counters, tid);
+#endif
 }
 #endif  // KR_TMA
 #endif  // KR_WGMMA
@@ -762,8 +896,13 @@ struct Config {
     const auto fn = groups > 1 ? kernel<true> : kernel<false>;
 #if KR_TMA
     using Maps = TmaMaps<T, KR_BM, KR_BN, KR_BK, KR_STAGES>;  // tensor maps of this call's A and B
+#if KR_SCALARS_FIRST
+    err = cudaLaunchKernelEx(&cfg, fn, static_cast<T*>(c), m, n, k, tiles_n, w, cnt, Maps::a_map(a, m, k),
+                             Maps::b_map(b, n, k));
+#else
     err = cudaLaunchKernelEx(&cfg, fn, Maps::a_map(a, m, k), Maps::b_map(b, n, k), static_cast<T*>(c), m, n, k,
                              tiles_n, w, cnt);
+#endif
 #else
     err = cudaLaunchKernelEx(&cfg, fn, static_cast<const T*>(a), static_cast<const T*>(b), static_cast<T*>(c), m, n,
                              k, tiles_n, w, cnt);
