@@ -473,13 +473,24 @@ CLUSTERK_VARIANTS = {  # label: (bm, bn, bk, stages, warps along M, warps along 
     "64x64x128_s6_tma_noloop_stasync": (64, 64, 128, 6, 4, 1, 1, 1, 1, 1, 1, {"KR_ST_ASYNC": 1, "KR_PROBE_SKIP": 1}),
     "64x64x64_s8_wg_stasync": (64, 64, 64, 8, 4, 1, 1, 1, 1, 1, 0, {"KR_ST_ASYNC": 1}),
     "128x64x64_s6_tma_stasync": (128, 64, 64, 6, 8, 1, 1, 1, 1, 1, 1, {"KR_ST_ASYNC": 1}),
+    # each owner's rows copied to it by the copy engine, from the partial tile staged in the block's own memory:
+    # at every cluster size (_bulk) or at none (_nobulk; the variants above take the source's rule, which was
+    # "none" when runs 1-6 measured them)
+    "64x64x128_s6_tma_bulk": (64, 64, 128, 6, 4, 1, 1, 1, 1, 1, 1, {"KR_BULK_MIN_SPLITS": 1}),
+    "64x64x128_s6_tma_nobulk": (64, 64, 128, 6, 4, 1, 1, 1, 1, 1, 1, {"KR_BULK_MIN_SPLITS": 17}),
+    "64x64x128_s6_tma_noloop_bulk": (64, 64, 128, 6, 4, 1, 1, 1, 1, 1, 1,
+                                     {"KR_BULK_MIN_SPLITS": 1, "KR_PROBE_SKIP": 1}),
+    "64x64x64_s8_wg_bulk": (64, 64, 64, 8, 4, 1, 1, 1, 1, 1, 0, {"KR_BULK_MIN_SPLITS": 1}),
+    "64x64x64_s8_wg_nobulk": (64, 64, 64, 8, 4, 1, 1, 1, 1, 1, 0, {"KR_BULK_MIN_SPLITS": 17}),
+    "128x64x64_s6_tma_bulk": (128, 64, 64, 6, 8, 1, 1, 1, 1, 1, 1, {"KR_BULK_MIN_SPLITS": 1}),
+    "128x64x64_s6_tma_nobulk": (128, 64, 64, 6, 8, 1, 1, 1, 1, 1, 1, {"KR_BULK_MIN_SPLITS": 17}),
     # the integer and pointer parameters before the tensor maps
     "64x64x128_s6_tma_scalarsfirst": (64, 64, 128, 6, 4, 1, 1, 1, 1, 1, 1, {"KR_SCALARS_FIRST": 1}),
     "64x64x128_s6_tma_noloop_scalarsfirst": (64, 64, 128, 6, 4, 1, 1, 1, 1, 1, 1,
                                              {"KR_SCALARS_FIRST": 1, "KR_PROBE_SKIP": 1}),
 }
 UNCHECKED = ("_noloop", "_noreduce", "_empty", "_initonly", "_nopush", "_nosum", "_sumonly",
-             "_noloop_stasync", "_noloop_scalarsfirst")  # results wrong by design
+             "_noloop_stasync", "_noloop_scalarsfirst", "_noloop_bulk")  # results wrong by design
 # --clusterk-variants: the labels to build and time (all by default)
 CLUSTERK_SHAPES = [(64, 64, 2048), (64, 64, 4096), (64, 64, 16384), (128, 128, 8192), (512, 512, 4096),
                    (1024, 1024, 4096), (256, 2048, 8192)]
@@ -579,7 +590,9 @@ FIXED_LABELS = ["64x64x128_s6_tma", "64x64x128_s6_tma_prefetch", "64x64x128_s6_t
                 "64x64x128_s6_tma_initonly", "64x64x128_s6_tma_noloop_nopush", "64x64x128_s6_tma_noloop_nosum",
                 "64x64x128_s6_tma_noloop_sumonly", "64x64x128_s6_tma_noloop_stasync",
                 "64x64x128_s6_tma_noloop_scalarsfirst", "64x64x64_s8_wg", "64x64x64_s8_wg_stasync",
-                "128x64x64_s6_tma", "128x64x64_s6_tma_stasync"]
+                "128x64x64_s6_tma", "128x64x64_s6_tma_stasync", "64x64x128_s6_tma_bulk", "64x64x128_s6_tma_nobulk",
+                "64x64x128_s6_tma_noloop_bulk", "64x64x64_s8_wg_bulk", "64x64x64_s8_wg_nobulk", "128x64x64_s6_tma_bulk",
+                "128x64x64_s6_tma_nobulk"]
 
 
 def part_clusterk_fixed(res: dict, deadline: float, labels: list[str] | None = None) -> None:

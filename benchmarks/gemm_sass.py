@@ -13,8 +13,8 @@ Needs Triton (the `gemm` extra) and its bundled `cuobjdump`; compiles 72 kernels
 `--clusterk SOURCE` does the same for the CUDA cluster split-K family: every configuration the search uses,
 compiled by nvcc from SOURCE (a copy of kernels/cluster_splitk.cu at any revision) with the build's own command,
 into `--build-dir` (objects already there from the same source are reused, as the build reuses them), one line per
-configuration with a hash of its SASS. Kernel names are left out, since the anonymous namespace puts a hash of
-the file's path in them.
+kernel (configuration and template arguments) with a hash of its SASS. The anonymous namespace's part of the
+kernel names is left out, since it carries a hash of the file's path.
 
     git show REV:src/kernelrl/gemm/kernels/cluster_splitk.cu > /tmp/old.cu
     python benchmarks/gemm_sass.py --clusterk /tmp/old.cu --build-dir /tmp/old_ck > before.txt
@@ -33,6 +33,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 _INSTRUCTION = re.compile(r"/\*[0-9a-f]{4,}\*/\s*(.*?)\s*;")
+# the anonymous namespace's mangled name, which carries a hash of the source file's path
+_ANON = re.compile(r"\d+_GLOBAL__N__[0-9a-f]+_\d+_\w+?_cu_[0-9a-f]{8}")
 
 
 def sass(cubin: bytes, cuobjdump: str) -> list[str]:
@@ -95,8 +97,16 @@ def clusterk_lines(source: Path, build_dir: Path, cuobjdump: str, only: str = ""
     for c in configs:
         out = subprocess.run([cuobjdump, "-sass", str(build_dir / f"{c.symbol}.{digest}.o")], capture_output=True,
                              text=True, check=True).stdout
-        lines = [m.group(1) for m in map(_INSTRUCTION.search, out.splitlines()) if m]
-        yield c.symbol, hashlib.sha256("\n".join(lines).encode()).hexdigest()[:16], len(lines)
+        functions: dict[str, list[str]] = {}
+        name = ""
+        for line in out.splitlines():
+            if "Function :" in line:  # the kernel's template arguments, without the file's namespace hash
+                name = _ANON.sub("", line.split("Function :")[1].strip())
+                functions[name] = []
+            elif (m := _INSTRUCTION.search(line)) and name:
+                functions[name].append(m.group(1))
+        for name, lines in sorted(functions.items()):
+            yield f"{c.symbol} {name}", hashlib.sha256("\n".join(lines).encode()).hexdigest()[:16], len(lines)
 
 
 def main() -> None:

@@ -16,7 +16,9 @@
 //
 // Two main loops: ldmatrix and mma.sync (KR_WGMMA=0, warps in a KR_WM x KR_WN grid), or wgmma (KR_WGMMA=1: one
 // warpgroup per 64 rows issues asynchronous warpgroup MMAs from 128-byte-swizzled shared memory; CuTe's layouts
-// and MMA atoms, so those objects need the CUTLASS headers). Both push their partials the same way.
+// and MMA atoms, so those objects need the CUTLASS headers). Both push their partials the same way; the wgmma
+// loops' clusters of 8 or more blocks instead stage their partial tile in their own shared memory and copy each
+// owner's rows to it with the copy engine, one bulk copy per owner (KR_BULK_MIN_SPLITS below).
 //
 // Built once per configuration (-D KR_NAME, KR_BM, KR_BN, KR_BK, KR_STAGES, KR_WM, KR_WN, KR_WGMMA), both input
 // types in one object; a C ABI so Python calls it through ctypes. Needs K and N to be multiples of 8 (16-byte
@@ -94,6 +96,16 @@ constexpr int kSpareRows = 8;
 #ifndef KR_ST_ASYNC
 #define KR_ST_ASYNC 0
 #endif
+// The bulk exchange (wgmma loops), chosen at run time for clusters of KR_BULK_MIN_SPLITS blocks or more: each
+// block writes its partial tile into its own shared memory (the pipeline's, free after the main loop), then one
+// thread per owner copies the owner's rows to it with the copy engine (shared memory to another block's shared
+// memory), counted on the owner's receive mbarrier; a relaxed cluster barrier at the end keeps every block until
+// the copies out of it have been read. On the H200 it took 1-8% off in clusters of 8 and 16, was mixed in
+// clusters of 7 (-4% to +2%) and up to 18% slower in smaller ones, the most with one block
+// (benchmarks/results/gemm_h200_findings.md, session 17).
+#ifndef KR_BULK_MIN_SPLITS
+#define KR_BULK_MIN_SPLITS 8
+#endif
 #if KR_WGMMA && !KR_PUSH
 #error "the wgmma main loop pushes its partials (KR_PUSH=1)"
 #endif
@@ -136,6 +148,14 @@ __device__ __forceinline__ uint32_t cluster_addr(uint32_t a, int rank) {
 __device__ __forceinline__ void store_async2(uint32_t dst, float x, float y, uint32_t bar) {
   asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v2.f32 [%0], {%1, %2}, [%3];\n" ::"r"(dst),
                "f"(x), "f"(y), "r"(bar)
+               : "memory");
+}
+
+// Copies `bytes` (a multiple of 16) from this block's shared memory to `dst` in another block's, with the copy
+// engine; completes by counting the bytes on the mbarrier at `bar` (in the destination block).
+__device__ __forceinline__ void bulk_copy_to_peer(uint32_t dst, uint32_t src, uint32_t bytes, uint32_t bar) {
+  asm volatile("cp.async.bulk.shared::cluster.shared::cta.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n"
+               ::"r"(dst), "r"(src), "r"(bytes), "r"(bar)
                : "memory");
 }
 
@@ -483,9 +503,10 @@ struct WgGeometry {
   static constexpr size_t kABytes = size_t(STAGES) * kAStage, kPipeBytes = kABytes + size_t(STAGES) * kBStage;
   static constexpr size_t kAlign = 1024;  // a 128-byte swizzle repeats every 1024 bytes: its atoms start there
   static constexpr size_t kRecvBytes = size_t(BM + kSpareRows) * kRStride * 4;  // partial sums received (fp32 rows)
-  // after the receive region: KR_TMA's full and empty mbarrier per stage, then KR_ST_ASYNC's receive mbarrier
+  // after the receive region: KR_TMA's full and empty mbarrier per stage, then the receive mbarrier of the
+  // asynchronous exchanges (the bulk one, KR_ST_ASYNC)
   static constexpr size_t kStageBarBytes = KR_TMA ? 2 * STAGES * sizeof(uint64_t) : 0;
-  static constexpr size_t kBarBytes = kStageBarBytes + (KR_ST_ASYNC ? sizeof(uint64_t) : 0);
+  static constexpr size_t kBarBytes = kStageBarBytes + sizeof(uint64_t);
   static constexpr size_t kSmemBytes = kAlign + kPipeBytes + kRecvBytes + kBarBytes;
   static constexpr int kALoads = BM * BK / 8 / kThreads, kBLoads = BK * BN / 8 / kThreads;  // per thread
   static_assert(kALoads * kThreads * 8 == BM * BK && kBLoads * kThreads * 8 == BK * BN, "whole 16-byte copies");
@@ -514,16 +535,18 @@ __device__ __forceinline__ uint64_t* recv_barrier(unsigned char* smem) {
 }
 
 // Thread 0, before the cluster's first barrier: the receive mbarrier, expecting every block's partial of this
-// block's rows (KR_ST_ASYNC only).
-template <typename G>
+// block's rows (the asynchronous exchanges only).
+template <typename G, bool kBulk>
 __device__ __forceinline__ void init_receive(unsigned char* smem, const Share& sh) {
-  if constexpr (KR_ST_ASYNC != 0) {
-    const uint32_t bytes = uint32_t(owned_rows(G::kBM, sh.splits, sh.rank)) * G::kBN * 4 * sh.splits;
+  if constexpr (kBulk || KR_ST_ASYNC != 0) {
+    // the bulk exchange copies whole padded rows (kRStride floats); KR_ST_ASYNC stores the BN values of each row
+    const uint32_t row_bytes = (kBulk ? G::kRStride : G::kBN) * 4;
+    const uint32_t bytes = uint32_t(owned_rows(G::kBM, sh.splits, sh.rank)) * row_bytes * sh.splits;
     recv_barrier_init(recv_barrier<G>(smem), bytes);
   }
 }
 
-template <typename T, typename G, bool kGrouped, class Acc, class Thr>
+template <typename T, typename G, bool kGrouped, bool kBulk, class Acc, class Thr>
 __device__ __forceinline__ void wg_push_and_sum(const Acc& acc, const Thr& thr, cg::cluster_group& cluster,
                                                 unsigned char* smem, const Share& sh, T* C, int M, int N,
                                                 float* ws, unsigned* counters, int tid) {
@@ -533,6 +556,32 @@ __device__ __forceinline__ void wg_push_and_sum(const Acc& acc, const Thr& thr, 
   const int rows_per = (BM + sh.splits - 1) / sh.splits;  // as the mma.sync kernel: the last may own fewer
   Tensor coord = thr.partition_C(make_identity_tensor(Shape<Int<BM>, Int<BN>>{}));  // (row, column) of each value
   asm volatile("barrier.cluster.wait.aligned;\n" ::: "memory");  // every block of the cluster has started
+  if constexpr (kBulk) {
+    static_assert(G::kPipeBytes >= size_t(BM) * G::kRStride * 4, "the partial tile is staged in the pipeline");
+    float* mine = reinterpret_cast<float*>(smem);  // this block's partial tile, rows of kRStride floats
+    __syncthreads();  // every warpgroup's tensor-core reads of the pipeline are done
+#pragma unroll
+    for (int v = 0; v < size(acc); v += 2) {
+      const int r = get<0>(coord(v)), c = get<1>(coord(v));
+      *reinterpret_cast<float2*>(mine + r * G::kRStride + c) = make_float2(acc(v), acc(v + 1));
+    }
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");  // the copy engine sees these writes
+    __syncthreads();
+    if (tid < sh.splits) {  // thread o copies owner o's rows to it
+      const int owner = tid, rows = owned_rows(BM, sh.splits, owner);
+      if (rows > 0) {
+        const uint32_t row_bytes = G::kRStride * 4;
+        const uint32_t src = smem_addr(mine) + uint32_t(owner * rows_per) * row_bytes;
+        const uint32_t dst = cluster_addr(smem_addr(recv) + uint32_t(sh.rank * rows_per) * row_bytes, owner);
+        bulk_copy_to_peer(dst, src, uint32_t(rows) * row_bytes, cluster_addr(smem_addr(recv_barrier<G>(smem)), owner));
+      }
+    }
+    recv_barrier_wait(recv_barrier<G>(smem));  // every block's partial of this block's rows has landed
+    sum_own_rows<T, BM, BN, G::kThreads, G::kRStride, kGrouped>(recv, rows_per, sh, C, M, N, ws, counters, tid);
+    asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");  // this block's copies are all read
+    asm volatile("barrier.cluster.wait.aligned;\n" ::: "memory");
+    return;
+  }
   if constexpr (KR_ST_ASYNC != 0) {
     const uint32_t recv_at = smem_addr(recv), bar_at = smem_addr(recv_barrier<G>(smem));
 #pragma unroll
@@ -562,7 +611,7 @@ __device__ __forceinline__ void wg_push_and_sum(const Acc& acc, const Thr& thr, 
     sum_own_rows<T, BM, BN, G::kThreads, G::kRStride, kGrouped>(recv, rows_per, sh, C, M, N, ws, counters, tid);
 }
 
-template <typename T, int BM, int BN, int BK, int STAGES, bool kGrouped>
+template <typename T, int BM, int BN, int BK, int STAGES, bool kGrouped, bool kBulk>
 __global__ void __launch_bounds__(BM / 64 * 128)
     cluster_splitk_wg(const T* __restrict__ A, const T* __restrict__ B, T* __restrict__ C, int M, int N, int K,
                       int tiles_n, float* __restrict__ ws, unsigned* __restrict__ counters) {
@@ -580,8 +629,8 @@ __global__ void __launch_bounds__(BM / 64 * 128)
   const Share sh = block_share<BM, BN, BK, kGrouped>(cluster, K, tiles_n);
   const int m0 = sh.m0, n0 = sh.n0, kt0 = sh.kt0, nk = sh.nk;
   const int tid = threadIdx.x;
-  if constexpr (KR_ST_ASYNC != 0) {
-    if (tid == 0) init_receive<G>(smem, sh);
+  if constexpr (kBulk || KR_ST_ASYNC != 0) {
+    if (tid == 0) init_receive<G, kBulk>(smem, sh);
     __syncthreads();
   }
   // Shared memory of another block may be written only once that block runs: arrive now, wait before pushing.
@@ -654,7 +703,7 @@ __global__ void __launch_bounds__(BM / 64 * 128)
   warpgroup_wait<0>();
   warpgroup_fence_operand(acc);
 
-  wg_push_and_sum<T, G, kGrouped>(acc, thr, cluster, smem, sh, C, M, N, ws, counters, tid);
+  wg_push_and_sum<T, G, kGrouped, kBulk>(acc, thr, cluster, smem, sh, C, M, N, ws, counters, tid);
 }
 
 #if KR_TMA
@@ -682,7 +731,7 @@ struct TmaMaps {
   using B = decltype(b_map(nullptr, 0, 0));
 };
 
-template <typename T, int BM, int BN, int BK, int STAGES, bool kGrouped>
+template <typename T, int BM, int BN, int BK, int STAGES, bool kGrouped, bool kBulk>
 __global__ void __launch_bounds__(BM / 64 * 128)
     cluster_splitk_tma(
 #if KR_SCALARS_FIRST
@@ -727,7 +776,7 @@ __global__ void __launch_bounds__(BM / 64 * 128)
       Empty::init(&empty[s], G::kThreads);
     }
     cutlass::arch::fence_barrier_init();  // the barriers are initialised before the copy engine signals them
-    init_receive<G>(smem, sh);
+    init_receive<G, kBulk>(smem, sh);
   }
   __syncthreads();
   // Shared memory of another block may be written only once that block runs: arrive now, wait before pushing.
@@ -785,7 +834,7 @@ __global__ void __launch_bounds__(BM / 64 * 128)
     }
   }
 #else
-  wg_push_and_sum<T, G, kGrouped>(acc, thr, cluster, smem, sh, C, M, N, ws, counters, tid);
+  wg_push_and_sum<T, G, kGrouped, kBulk>(acc, thr, cluster, smem, sh, C, M, N, ws, counters, tid);
 #endif
 }
 #endif  // KR_TMA
@@ -794,15 +843,15 @@ __global__ void __launch_bounds__(BM / 64 * 128)
 template <typename T>
 struct Config {
 #if KR_TMA
-  template <bool kGrouped>
-  static constexpr auto kernel = cluster_splitk_tma<T, KR_BM, KR_BN, KR_BK, KR_STAGES, kGrouped>;
+  template <bool kGrouped, bool kBulk>
+  static constexpr auto kernel = cluster_splitk_tma<T, KR_BM, KR_BN, KR_BK, KR_STAGES, kGrouped, kBulk>;
   using G = WgGeometry<T, KR_BM, KR_BN, KR_BK, KR_STAGES>;
 #elif KR_WGMMA
-  template <bool kGrouped>
-  static constexpr auto kernel = cluster_splitk_wg<T, KR_BM, KR_BN, KR_BK, KR_STAGES, kGrouped>;
+  template <bool kGrouped, bool kBulk>
+  static constexpr auto kernel = cluster_splitk_wg<T, KR_BM, KR_BN, KR_BK, KR_STAGES, kGrouped, kBulk>;
   using G = WgGeometry<T, KR_BM, KR_BN, KR_BK, KR_STAGES>;
 #else
-  template <bool kGrouped>
+  template <bool kGrouped, bool kBulk>  // the mma.sync loop has the plain exchange only
   static constexpr auto kernel = cluster_splitk<T, KR_BM, KR_BN, KR_BK, KR_STAGES, KR_WM, KR_WN, kGrouped>;
   using G = Geometry<KR_BM, KR_BN, KR_BK, KR_STAGES, KR_WM, KR_WN>;
 #endif
@@ -813,7 +862,7 @@ struct Config {
     static unsigned long long ready = 0;  // one bit per device
     if (dev < 64 && (ready >> dev) & 1) return cudaSuccess;
     cudaError_t err = cudaSuccess;
-    for (auto fn : {kernel<false>, kernel<true>}) {
+    for (auto fn : {kernel<false, false>, kernel<true, false>, kernel<false, true>, kernel<true, true>}) {
       if (err == cudaSuccess)
         err = cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(G::kSmemBytes));
       if (err == cudaSuccess) err = cudaFuncSetAttribute(fn, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
@@ -872,8 +921,8 @@ struct Config {
     cudaLaunchAttribute attr[1];
     launch_config(cfg, attr, 1, 1, splits, groups, nullptr);
     int clusters = 0;
-    err = groups > 1 ? cudaOccupancyMaxActiveClusters(&clusters, kernel<true>, &cfg)
-                     : cudaOccupancyMaxActiveClusters(&clusters, kernel<false>, &cfg);
+    err = groups > 1 ? cudaOccupancyMaxActiveClusters(&clusters, kernel<true, false>, &cfg)
+                     : cudaOccupancyMaxActiveClusters(&clusters, kernel<false, false>, &cfg);
     if (err != cudaSuccess) {
       cudaGetLastError();
       return -static_cast<int>(err);
@@ -893,7 +942,9 @@ struct Config {
     float* w = static_cast<float*>(ws);
     unsigned* cnt = static_cast<unsigned*>(counters);
     // one cluster per tile: the kernel without the workspace round (the same as before groups existed)
-    const auto fn = groups > 1 ? kernel<true> : kernel<false>;
+    const bool bulk = splits >= KR_BULK_MIN_SPLITS;  // the exchange of partials (KR_BULK_MIN_SPLITS above)
+    const auto fn = groups > 1 ? (bulk ? kernel<true, true> : kernel<true, false>)
+                               : (bulk ? kernel<false, true> : kernel<false, false>);
 #if KR_TMA
     using Maps = TmaMaps<T, KR_BM, KR_BN, KR_BK, KR_STAGES>;  // tensor maps of this call's A and B
 #if KR_SCALARS_FIRST
