@@ -825,6 +825,41 @@ def test_redeciding_visits_every_record_once_with_its_runners_up_and_resumes(tmp
     assert all(r["augmented"] == [tn.REDECIDED, "again"] for r in read_records(p))
 
 
+def test_retiming_a_changed_kernel_visits_only_shapes_where_it_came_close(tmp_path, monkeypatch):
+    from kernelrl.gemm import tune as tn
+
+    bulk = r"clusterk:.*_(wg|tma)/c(8|16)(g\d+)?"
+
+    def rec(m, dtype, cands, best_us=10.0):
+        return {"m": m, "n": 64, "k": 8192, "dtype": dtype, "best": "torch", "best_label": "torch",
+                "best_us": best_us, "candidates": cands}
+
+    near = {"clusterk:64x64x128_s6_w4_tma/c8": {"ok": True, "us": 10.5},
+            "clusterk:64x64x64_s8_w4_wg/c16g2": {"ok": True, "us": 10.9},
+            "clusterk:64x64x128_s6_w4_tma/c16": {"ok": True, "us": 12.0},
+            "clusterk:64x64x128_s6_w4_tma/c4": {"ok": True, "us": 9.0},  # the kernel did not change there
+            "clusterk:64x64x64_s4_w4/c8": {"ok": True, "us": 9.5},  # nor in the mma.sync loop
+            "clusterk:64x64x128_s4_w4_tma/c8": {"ok": False}}
+    far = {"clusterk:64x64x128_s6_w4_tma/c8": {"ok": True, "us": 11.5}}
+    recs = [rec(64, "fp16", near), rec(128, "fp16", far), rec(256, "fp16", {}), rec(512, "bf16", near)]
+    p = tmp_path / "r.jsonl"
+    p.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    seen = []
+
+    def fake(record, names, opt, tag):  # stands in for the GPU measurement only
+        seen.append((record["m"], names, tag))
+        return {**record, "augmented": [*record.get("augmented", []), tag], "torch_us": 20.0}
+
+    monkeypatch.setattr(tn, "augment_shape", fake)
+    assert tn.retime(p, bulk, within=1.1, dtype="fp16", log=lambda m: None) == 0
+    # the two fastest changed candidates of the one fp16 shape where the fastest came within 10% of the winner
+    assert seen == [(64, ["clusterk:64x64x128_s6_w4_tma/c8", "clusterk:64x64x64_s8_w4_wg/c16g2"],
+                     f"retime:{bulk}")]
+    assert tn.retime(p, bulk, within=1.1, log=lambda m: None) == 0 and [x[0] for x in seen] == [64, 512]
+    assert tn.retime(p, bulk, within=1.2, log=lambda m: None) == 0 and seen[-1][0] == 128  # visited: not again
+    assert len(seen) == 3
+
+
 def test_the_final_timing_calls_a_kernel_as_the_dispatch_does():
     from kernelrl.gemm.tune import as_dispatched
 

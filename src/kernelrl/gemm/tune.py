@@ -9,6 +9,7 @@ import contextlib
 import gzip
 import json
 import math
+import re
 import shutil
 import tempfile
 import time
@@ -323,6 +324,29 @@ def redecide(path: Path, shapes: list[Shape] | None = None, opt: TuneOptions = T
         return None if tag in record.get("augmented", []) else []
 
     return _revisit(path, once, tag, shapes, opt, deadline_s, log)
+
+
+def retime(path: Path, pattern: str, within: float = 1.1, top: int = 2, shapes: list[Shape] | None = None,
+           opt: TuneOptions = TuneOptions(), deadline_s: float = math.inf, log=print, dtype: str | None = None,
+           tag: str = "") -> int:
+    """After a kernel changed: on every recorded shape (of `dtype`, if given) whose fastest recorded candidate
+    named by the regular expression `pattern` took at most `within` times the winner's time, time its `top`
+    fastest such candidates again with the shape's finalists (as `augment` does with new ones) and choose the
+    winner afresh. Records visited carry `tag` (default "retime:" + pattern) and are not visited again; resumes
+    like `augment`; returns the number of shapes left."""
+    matches = re.compile(pattern).fullmatch
+    tag = tag or f"retime:{pattern}"
+
+    def names(s: Shape, record: dict) -> list[str] | None:
+        if tag in record.get("augmented", []) or (dtype is not None and record["dtype"] != dtype):
+            return None
+        timed = sorted((r["us"], n) for n, r in record.get("candidates", {}).items()
+                       if matches(n) and r.get("ok") and r.get("us"))
+        if not timed or timed[0][0] > within * record["best_us"]:
+            return None
+        return [n for _, n in timed[:top]]
+
+    return _revisit(path, names, tag, shapes, opt, deadline_s, log)
 
 
 def _revisit(path: Path, names_for, tag: str, shapes: list[Shape] | None, opt: TuneOptions, deadline_s: float,
