@@ -456,39 +456,40 @@ CLUSTERK_VARIANTS = {  # label: (bm, bn, bk, stages, warps along M, warps along 
     "64x64x256_s3_tma": (64, 64, 256, 3, 4, 1, 1, 1, 1, 1, 1),
     "64x128x128_s3_tma": (64, 128, 128, 3, 4, 1, 1, 1, 1, 1, 1),
     "128x64x128_s3_tma": (128, 64, 128, 3, 8, 1, 1, 1, 1, 1, 1),
-    # the fixed cost of a launch (part clusterk_fixed): the tensor maps prefetched at the top of the kernel, and
-    # two variants that leave out the main loop or the reduction (their results are wrong; timed only)
-    "64x64x128_s6_tma_prefetch": (64, 64, 128, 6, 4, 1, 1, 1, 1, 1, 1, {"KR_PREFETCH_TMAP": 1}),
-    "64x64x128_s6_tma_noloop": (64, 64, 128, 6, 4, 1, 1, 1, 1, 1, 1, {"KR_PROBE_SKIP": 1}),
-    "64x64x128_s6_tma_noreduce": (64, 64, 128, 6, 4, 1, 1, 1, 1, 1, 1, {"KR_PROBE_SKIP": 2}),
-    "64x64x128_s6_tma_empty": (64, 64, 128, 6, 4, 1, 1, 1, 1, 1, 1, {"KR_PROBE_SKIP": 3}),
-    "64x64x128_s6_tma_initonly": (64, 64, 128, 6, 4, 1, 1, 1, 1, 1, 1, {"KR_PROBE_SKIP": 4}),
-    "64x64x128_s3_tma_empty": (64, 64, 128, 3, 4, 1, 1, 1, 1, 1, 1, {"KR_PROBE_SKIP": 3}),
-    "64x64x128_s6_tma_noloop_nopush": (64, 64, 128, 6, 4, 1, 1, 1, 1, 1, 1, {"KR_PROBE_SKIP": 5}),
-    "64x64x128_s6_tma_noloop_nosum": (64, 64, 128, 6, 4, 1, 1, 1, 1, 1, 1, {"KR_PROBE_SKIP": 6}),
-    "64x64x128_s6_tma_noloop_sumonly": (64, 64, 128, 6, 4, 1, 1, 1, 1, 1, 1, {"KR_PROBE_SKIP": 7}),
-    # partials pushed by asynchronous stores counted on each owner's mbarrier, without the cluster barrier
-    "64x64x128_s6_tma_stasync": (64, 64, 128, 6, 4, 1, 1, 1, 1, 1, 1, {"KR_ST_ASYNC": 1}),
-    "64x64x128_s6_tma_stasync_bar": (64, 64, 128, 6, 4, 1, 1, 1, 1, 1, 1, {"KR_ST_ASYNC": 2}),
-    "64x64x128_s6_tma_noloop_stasync": (64, 64, 128, 6, 4, 1, 1, 1, 1, 1, 1, {"KR_ST_ASYNC": 1, "KR_PROBE_SKIP": 1}),
-    "64x64x64_s8_wg_stasync": (64, 64, 64, 8, 4, 1, 1, 1, 1, 1, 0, {"KR_ST_ASYNC": 1}),
-    "128x64x64_s6_tma_stasync": (128, 64, 64, 6, 8, 1, 1, 1, 1, 1, 1, {"KR_ST_ASYNC": 1}),
-    # each owner's rows copied to it by the copy engine, from the partial tile staged in the block's own memory:
-    # at every cluster size (_bulk) or at none (_nobulk; the variants above take the source's rule, which was
-    # "none" when runs 1-6 measured them)
-    "64x64x128_s6_tma_bulk": (64, 64, 128, 6, 4, 1, 1, 1, 1, 1, 1, {"KR_BULK_MIN_SPLITS": 1}),
-    "64x64x128_s6_tma_nobulk": (64, 64, 128, 6, 4, 1, 1, 1, 1, 1, 1, {"KR_BULK_MIN_SPLITS": 17}),
-    "64x64x128_s6_tma_noloop_bulk": (64, 64, 128, 6, 4, 1, 1, 1, 1, 1, 1,
-                                     {"KR_BULK_MIN_SPLITS": 1, "KR_PROBE_SKIP": 1}),
-    "64x64x64_s8_wg_bulk": (64, 64, 64, 8, 4, 1, 1, 1, 1, 1, 0, {"KR_BULK_MIN_SPLITS": 1}),
-    "64x64x64_s8_wg_nobulk": (64, 64, 64, 8, 4, 1, 1, 1, 1, 1, 0, {"KR_BULK_MIN_SPLITS": 17}),
-    "128x64x64_s6_tma_bulk": (128, 64, 64, 6, 8, 1, 1, 1, 1, 1, 1, {"KR_BULK_MIN_SPLITS": 1}),
-    "128x64x64_s6_tma_nobulk": (128, 64, 64, 6, 8, 1, 1, 1, 1, 1, 1, {"KR_BULK_MIN_SPLITS": 17}),
-    # the integer and pointer parameters before the tensor maps
-    "64x64x128_s6_tma_scalarsfirst": (64, 64, 128, 6, 4, 1, 1, 1, 1, 1, 1, {"KR_SCALARS_FIRST": 1}),
-    "64x64x128_s6_tma_noloop_scalarsfirst": (64, 64, 128, 6, 4, 1, 1, 1, 1, 1, 1,
-                                             {"KR_SCALARS_FIRST": 1, "KR_PROBE_SKIP": 1}),
 }
+
+
+def _with(label: str, **macros) -> tuple:
+    """Variant `label` of CLUSTERK_VARIANTS built with `macros` as well (a session-17 switch of the source)."""
+    bm, bn, bk, st, wm, wn, push, hint, wg, fence, *rest = CLUSTERK_VARIANTS[label]
+    return (bm, bn, bk, st, wm, wn, push, hint, wg, fence, rest[0] if rest else 0, macros)
+
+
+# the fixed cost of a launch (part clusterk_fixed). Besides the tile as built: its tensor maps prefetched at the
+# top of the kernel; its integer and pointer parameters before the tensor maps; variants that leave stages out
+# (KR_PROBE_SKIP: the main loop, the reduction, everything, all but the set-up; the pushes, the sums, or both
+# pushes and barriers without the main loop; their results are wrong, so they are timed only); partials pushed
+# by asynchronous stores counted on each owner's mbarrier, without the cluster barrier (KR_ST_ASYNC); and each
+# owner's rows copied to it by the copy engine from the partial tile staged in the block's own memory, at every
+# cluster size (_bulk) or at none (_nobulk). The variants without KR_BULK_MIN_SPLITS take the source's rule,
+# which was "none" when runs 1-6 measured them.
+CLUSTERK_VARIANTS.update({
+    "64x64x128_s6_tma_prefetch": _with("64x64x128_s6_tma", KR_PREFETCH_TMAP=1),
+    "64x64x128_s6_tma_scalarsfirst": _with("64x64x128_s6_tma", KR_SCALARS_FIRST=1),
+    **{f"64x64x128_s6_tma_{suffix}": _with("64x64x128_s6_tma", KR_PROBE_SKIP=skip) for skip, suffix in [
+        (1, "noloop"), (2, "noreduce"), (3, "empty"), (4, "initonly"), (5, "noloop_nopush"), (6, "noloop_nosum"),
+        (7, "noloop_sumonly")]},
+    "64x64x128_s3_tma_empty": (64, 64, 128, 3, 4, 1, 1, 1, 1, 1, 1, {"KR_PROBE_SKIP": 3}),
+    "64x64x128_s6_tma_noloop_scalarsfirst": _with("64x64x128_s6_tma", KR_SCALARS_FIRST=1, KR_PROBE_SKIP=1),
+    "64x64x128_s6_tma_stasync_bar": _with("64x64x128_s6_tma", KR_ST_ASYNC=2),
+    "64x64x128_s6_tma_noloop_stasync": _with("64x64x128_s6_tma", KR_ST_ASYNC=1, KR_PROBE_SKIP=1),
+    "64x64x128_s6_tma_noloop_bulk": _with("64x64x128_s6_tma", KR_BULK_MIN_SPLITS=1, KR_PROBE_SKIP=1),
+    **{f"{tile}_stasync": _with(tile, KR_ST_ASYNC=1) for tile in ("64x64x128_s6_tma", "64x64x64_s8_wg",
+                                                                   "128x64x64_s6_tma")},
+    **{f"{tile}_{suffix}": _with(tile, KR_BULK_MIN_SPLITS=n) for tile in ("64x64x128_s6_tma", "64x64x64_s8_wg",
+                                                                           "128x64x64_s6_tma")
+       for suffix, n in (("bulk", 1), ("nobulk", 17))},
+})
 UNCHECKED = ("_noloop", "_noreduce", "_empty", "_initonly", "_nopush", "_nosum", "_sumonly",
              "_noloop_stasync", "_noloop_scalarsfirst", "_noloop_bulk")  # results wrong by design
 # --clusterk-variants: the labels to build and time (all by default)
