@@ -650,6 +650,20 @@ def launch_once(specs: list[str]) -> None:
         log(f"once {spec}")
 
 
+def calls_body(fn, inp, calls: int, takes_out: bool, before=None):
+    """A graph body of `calls` calls of `fn` over the rotating input sets of `inp`, each after `before()` if
+    given (a foreign kernel, as in a model's graph)."""
+    from kernelrl.gemm import timing as tm
+
+    def body():
+        for i in range(calls):
+            if before is not None:
+                before()
+            tm._call(fn, inp, i, takes_out)
+
+    return body
+
+
 def foreign_sample(rows: list[dict], per_family: int, max_us: float) -> list[dict]:
     """Up to `per_family` shapes of each kernel family in the committed CSV, spread evenly over torch.matmul's
     time up to `max_us`."""
@@ -688,13 +702,8 @@ def part_after_foreign(res: dict, deadline: float, per_family: int = 12, max_us:
         graphs = []
         for lab, f in (("torch", torch.matmul), ("kernelrl", disp)):
             f(inp.a[0], inp.b[0])
-            for foreign in (False, True):
-                def body(f=f, foreign=foreign, inp=inp):
-                    for i in range(calls):
-                        if foreign:
-                            x.add_(1.0)
-                        tm._call(f, inp, i, False)
-                graphs.append((("after_add:" if foreign else "") + lab, tm.capture_graph(body)))
+            for before, prefix in ((None, ""), (lambda: x.add_(1.0), "after_add:")):
+                graphs.append((prefix + lab, tm.capture_graph(calls_body(f, inp, calls, False, before))))
         graphs.append(("add_alone", tm.capture_graph(lambda: [x.add_(1.0) for _ in range(calls)])))
         smp = interleaved(graphs, calls, 21, rng)
         add = smp["add_alone"]
@@ -938,20 +947,13 @@ def part_pdl(res: dict, deadline: float) -> None:
         del ref, a
         inp = tm.Inputs(m, n, k)
 
-        def gemm_body(f, takes_out, foreign, inp=inp):
-            def body():
-                for i in range(calls):
-                    if foreign:
-                        x.add_(1.0)
-                    tm._call(f, inp, i, takes_out)
-            return body
-
         graphs = []
         for lab, f in fns.items():
             takes_out = lab.startswith("tiled")
-            graphs.append((lab, tm.capture_graph(gemm_body(f, takes_out, False))))
+            graphs.append((lab, tm.capture_graph(calls_body(f, inp, calls, takes_out))))
             if lab != "torch_control" and lab != "tiled_gdc_nopdl":
-                graphs.append(("after_add:" + lab, tm.capture_graph(gemm_body(f, takes_out, True))))
+                graphs.append(("after_add:" + lab, tm.capture_graph(
+                    calls_body(f, inp, calls, takes_out, lambda: x.add_(1.0)))))
         graphs.append(("add_alone", tm.capture_graph(lambda: [x.add_(1.0) for _ in range(calls)])))
         s = interleaved(graphs, calls, rounds, rng)
         entry["us"] = {lab: statistics.median(v) for lab, v in s.items()}
