@@ -302,13 +302,11 @@ def augment(path: Path, family: str, shapes: list[Shape] | None = None, opt: Tun
         raise ValueError(f"unknown family to add {family!r}: one of {sorted(FAMILY_CANDIDATES)}")
 
     def new_names(s: Shape, record: dict) -> list[str] | None:
-        if dtype is not None and record["dtype"] != dtype:
-            return None
         names = [n for n in FAMILY_CANDIDATES[family](s, record["dtype"], opt)
                  if n not in record.get("candidates", {})]
         return names or None
 
-    return _revisit(path, new_names, family, shapes, opt, deadline_s, log)
+    return _revisit(path, new_names, family, shapes, opt, deadline_s, log, dtype)
 
 
 REDECIDED = "redecided"  # the tag of records whose winner was chosen again by `redecide` (the first time)
@@ -338,7 +336,7 @@ def retime(path: Path, pattern: str, within: float = 1.1, top: int = 2, shapes: 
     tag = tag or f"retime:{pattern}"
 
     def names(s: Shape, record: dict) -> list[str] | None:
-        if tag in record.get("augmented", []) or (dtype is not None and record["dtype"] != dtype):
+        if tag in record.get("augmented", []):
             return None
         timed = sorted((r["us"], n) for n, r in record.get("candidates", {}).items()
                        if matches(n) and r.get("ok") and r.get("us"))
@@ -346,13 +344,13 @@ def retime(path: Path, pattern: str, within: float = 1.1, top: int = 2, shapes: 
             return None
         return [n for _, n in timed[:top]]
 
-    return _revisit(path, names, tag, shapes, opt, deadline_s, log)
+    return _revisit(path, names, tag, shapes, opt, deadline_s, log, dtype)
 
 
 def _revisit(path: Path, names_for, tag: str, shapes: list[Shape] | None, opt: TuneOptions, deadline_s: float,
-             log) -> int:
-    """`augment_shape` on every recorded shape for which `names_for(shape, record)` is not None (cheapest
-    first), appending each new record as it is made and compacting the file at the end."""
+             log, dtype: str | None = None) -> int:
+    """`augment_shape` on every recorded shape (of `dtype` only, if given) for which `names_for(shape, record)`
+    is not None (cheapest first), appending each new record as it is made and compacting the file at the end."""
     from kernelrl.gemm.table import read_records
 
     t0 = time.perf_counter()
@@ -360,9 +358,11 @@ def _revisit(path: Path, names_for, tag: str, shapes: list[Shape] | None, opt: T
     wanted = None if shapes is None else {(s.m, s.n, s.k) for s in shapes}
     todo = []
     for key, r in by_key.items():
+        if (dtype is not None and key[3] != dtype) or (wanted is not None and key[:3] not in wanted):
+            continue
         s = Shape(*key[:3])
         names = names_for(s, r)
-        if names is not None and (wanted is None or key[:3] in wanted):
+        if names is not None:
             todo.append((estimate_torch_us(s), key, names))
     todo.sort()
     n = 0
