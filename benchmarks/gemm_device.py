@@ -138,6 +138,10 @@ def main() -> None:
                     "candidates named by REGEX on the shapes where the fastest of them came within --retime-within "
                     "of the winner, and choose afresh (tune.retime)")
     ap.add_argument("--retime-within", type=float, default=1.1)
+    ap.add_argument("--neighbours", type=float, default=None, metavar="WITHIN", help="search the cuBLASLt "
+                    "configurations one attribute away from each shape's best ones, where those came within WITHIN "
+                    "of the winner (tune.neighbourhood; the shapes of --dtype)")
+    ap.add_argument("--neighbours-per-base", type=int, default=12)
     ap.add_argument("--augment", default="", help="search this family (e.g. splitk) on the recorded shapes "
                     "that have candidates of it and were not searched for it yet")
     ap.add_argument("--redecide", nargs="?", const="redecided", default=None, metavar="TAG",
@@ -161,8 +165,8 @@ def main() -> None:
         host_overhead()
     from kernelrl.gemm.shapes import Shape, read_shapes
     from kernelrl.gemm.table import from_records, read_records
-    from kernelrl.gemm.tune import (SEEDED, TuneOptions, augment, demote, demote_consistent, redecide, retime,
-                                    seeds_from, tune)
+    from kernelrl.gemm.tune import (SEEDED, TuneOptions, augment, demote, demote_consistent, neighbourhood,
+                                    redecide, retime, seeds_from, tune)
 
     shapes = read_shapes(args.shapes)
     csv_path = RESULTS / ("gemm_h200.csv" if args.dtype == "fp16" else f"gemm_h200_{args.dtype}.csv")
@@ -191,6 +195,9 @@ def main() -> None:
         if args.retime and not unsearched:
             unsearched = retime(work, args.retime, args.retime_within, shapes=shapes, log=log, dtype=args.dtype,
                                 deadline_s=left(args.deadline) - args.bench_reserve - 30)
+        if args.neighbours and not unsearched:
+            unsearched = neighbourhood(work, args.neighbours, args.neighbours_per_base, shapes=shapes, log=log,
+                                       dtype=args.dtype, deadline_s=left(args.deadline) - args.bench_reserve - 30)
         if args.redecide and not unsearched:
             unsearched = redecide(work, shapes, deadline_s=left(args.deadline) - args.bench_reserve - 30, log=log,
                                   tag=args.redecide)

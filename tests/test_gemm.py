@@ -860,6 +860,77 @@ def test_retiming_a_changed_kernel_visits_only_shapes_where_it_came_close(tmp_pa
     assert len(seen) == 3
 
 
+def test_a_cublaslt_neighbourhood_is_searched_only_around_configurations_that_came_close():
+    from kernelrl.gemm.tune import neighbour_bases
+
+    def rec(best, best_us, autotune="cublaslt:aa", autotune_us=10.0):
+        return {"best": best, "best_us": best_us, "cublaslt_autotune": autotune, "cublaslt_autotune_us": autotune_us}
+
+    assert neighbour_bases(rec("torch", 10.2)) == ["cublaslt:aa"]  # torch wins by 2%: the fastest listed is close
+    assert neighbour_bases(rec("cublaslt:aa", 10.0)) == ["cublaslt:aa"]  # the winner is the fastest listed
+    # a split-K variant wins: both it and the fastest listed configuration are searched around
+    assert neighbour_bases(rec("cublaslt:bb", 9.0)) == ["cublaslt:aa", "cublaslt:bb"]
+    assert neighbour_bases(rec("clusterk:64x64x128_s6_w4_tma/c8", 8.0)) == []  # 25% behind another family
+    assert neighbour_bases(rec("clusterk:64x64x128_s6_w4_tma/c8", 8.0), within=1.3) == ["cublaslt:aa"]
+    assert neighbour_bases(rec("torch", 10.0, autotune=None, autotune_us=None)) == []  # no cuBLASLt at all
+
+
+def test_cublaslt_neighbours_are_taken_one_attribute_at_a_time_in_turn():
+    from kernelrl.gemm.cublaslt import changed_attribute, interleave
+
+    base = _info(66, 20)
+
+    def near(**changes):
+        return {**base, **changes}
+
+    infos = [near(stages=1), near(stages=2), near(stages=3), near(cluster=3), near(cluster=5), near(swizzle=1),
+             near(custom=1), near(tile=30), near(stages=4, cluster=3)]
+    assert [changed_attribute(base, i) for i in infos] == ["stages"] * 3 + ["cluster"] * 2 + ["swizzle", "custom",
+                                                                                                None, None]
+    assert changed_attribute(base, base) is None
+    # one of each kind in turn, each kind in its own order; a change of tile, or of two attributes, is never taken
+    assert interleave(infos, base, 6) == [0, 3, 5, 6, 1, 4]
+    assert interleave(infos, base, 100) == [0, 3, 5, 6, 1, 4, 2]
+    assert interleave(infos, base, 0) == []
+
+
+def test_the_cublaslt_neighbourhood_visits_each_close_shape_once(tmp_path, monkeypatch):
+    from kernelrl.gemm import cublaslt
+    from kernelrl.gemm import tune as tn
+
+    base, listed = _info(66, 20), _info(66, 20, cluster=3)
+    blobs = {"aa": base, "a1": {**base, "stages": 7}, "a2": listed, "a3": {**base, "swizzle": 1}}
+
+    class Algo:
+        def __init__(self, hexname):
+            self.name, self.info = "cublaslt:" + hexname, blobs[hexname]
+
+    monkeypatch.setattr(cublaslt.LtAlgo, "from_name", classmethod(lambda cls, name: Algo(name.split(":")[1])))
+    monkeypatch.setattr(cublaslt, "heuristics", lambda m, n, k, dt, count: [Algo("aa"), Algo("a2")])
+    monkeypatch.setattr(cublaslt, "neighbours", lambda algo, m, n, k, dt: [Algo("a1"), Algo("a2"), Algo("a3")])
+
+    def rec(m, best_us, cands=None):
+        return {"m": m, "n": 256, "k": 4096, "dtype": "fp16", "best": "torch", "best_label": "torch",
+                "best_us": best_us, "cublaslt_autotune": "cublaslt:aa", "cublaslt_autotune_us": 10.0,
+                "candidates": cands or {}}
+
+    recs = [rec(64, 10.1), rec(128, 5.0), rec(256, 10.0, {"cublaslt:a3": {"ok": True, "us": 11.0}})]
+    p = tmp_path / "r.jsonl"
+    p.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    seen = []
+
+    def fake(record, names, opt, tag):  # stands in for the GPU measurement only
+        seen.append((record["m"], names))
+        return {**record, "augmented": [*record.get("augmented", []), tag], "torch_us": 20.0}
+
+    monkeypatch.setattr(tn, "augment_shape", fake)
+    assert tn.neighbourhood(p, within=1.05, log=lambda m: None) == 0
+    # the heuristic's own configuration (a2) and one already timed (a3 on the third shape) are left out; the
+    # shape another kernel wins by 2x is not visited
+    assert seen == [(64, ["cublaslt:a1", "cublaslt:a3"]), (256, ["cublaslt:a1"])]
+    assert tn.neighbourhood(p, within=1.05, log=lambda m: None) == 0 and len(seen) == 2  # visited: not again
+
+
 def test_the_final_timing_calls_a_kernel_as_the_dispatch_does():
     from kernelrl.gemm.tune import as_dispatched
 

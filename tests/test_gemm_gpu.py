@@ -122,6 +122,24 @@ def test_the_enumerated_cublaslt_space_goes_beyond_the_heuristic_and_its_picks_a
         assert res.ok, (space[i].algo.info, res.reason)
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_cublaslt_neighbours_differ_from_their_base_in_one_attribute_and_are_correct(dtype):
+    from kernelrl.gemm import cublaslt
+
+    m, n, k = 1024, 2048, 4096
+    base = cublaslt.heuristics(m, n, k, dtype, count=1)[0]
+    near = cublaslt.neighbours(base, m, n, k, dtype)
+    kinds = [cublaslt.changed_attribute(base.info, a.info) for a in near]
+    # every neighbour changes one attribute, never the same configuration twice; more than one kind is offered
+    assert near and None not in kinds and len(set(kinds)) >= 2, kinds
+    assert len({cublaslt.config_key(a.info) for a in near}) == len(near)
+    a, b = chk.random_inputs(m, n, k, dtype)
+    ref = chk.reference(a, b)
+    for i in cublaslt.interleave([x.info for x in near], base.info, 8):
+        res = chk.check(make_launcher(near[i].name, m, n, k, dtype), a, b, ref)
+        assert res.ok, (near[i].info, res.reason)
+
+
 @hopper
 def test_gate_rejects_fp16_accumulation():
     from kernelrl.gemm import triton_family

@@ -13,6 +13,8 @@ from kernelrl.gemm.streams import plan_launcher
 ALGO_BYTES = 64
 _DTYPE_CODE = {torch.float16: 0, torch.bfloat16: 1}
 _vp, _i, _sz = ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t
+# What kr_lt_algo_info reports of a configuration, in its order.
+CONFIG_KEYS = ("algo", "tile", "stages", "splitk", "reduction", "swizzle", "custom", "cluster")
 
 
 def _lib():
@@ -28,6 +30,8 @@ def _lib():
         lib.kr_lt_plan_run.argtypes = [_vp, _vp, _vp, _vp, _vp]
         lib.kr_lt_plan_free.argtypes = [_vp]
         lib.kr_lt_plan_free.restype = None
+        lib.kr_lt_neighbours.argtypes = [_i, _i, _i, _i, _sz, _vp, ctypes.POINTER(_i), _i, _i, _vp,
+                                          ctypes.POINTER(_sz), ctypes.POINTER(_i), ctypes.POINTER(_i)]
         lib.kr_lt_enumerate.argtypes = [_i, _i, _i, _i, _sz, ctypes.POINTER(_i), _i, _i, _i, _vp,
                                         ctypes.POINTER(_sz), ctypes.POINTER(ctypes.c_float), ctypes.POINTER(_i),
                                         ctypes.POINTER(_i)]
@@ -52,8 +56,7 @@ class LtAlgo:
     def info(self) -> dict:
         vals = (ctypes.c_int * 8)()
         _lib().kr_lt_algo_info(self.blob, vals)
-        keys = ("algo", "tile", "stages", "splitk", "reduction", "swizzle", "custom", "cluster")
-        return dict(zip(keys, list(vals)))
+        return dict(zip(CONFIG_KEYS, list(vals)))
 
     @property
     def name(self) -> str:
@@ -107,9 +110,58 @@ def enumerate_space(m: int, n: int, k: int, dtype: torch.dtype = torch.float16, 
             for i in range(found.value)], checked.value
 
 
+# Cluster shapes a neighbour may take: auto, 1x1, 2x1, 4x1, 1x2, 2x2, 1x4 (cublasLtClusterShape_t).
+NEIGHBOUR_CLUSTERS = (0, 2, 3, 4, 5, 6, 8)
+# The configuration attributes a neighbour changes, one each (`neighbours`).
+NEIGHBOUR_ATTRIBUTES = ("stages", "cluster", "swizzle", "custom")
+
+
+def neighbours(algo: LtAlgo, m: int, n: int, k: int, dtype: torch.dtype = torch.float16,
+               clusters: tuple[int, ...] = NEIGHBOUR_CLUSTERS, max_out: int = 256,
+               workspace_cap: int = WORKSPACE_CAP) -> list[LtAlgo]:
+    """The configurations one attribute away from `algo` that cuBLASLt accepts for the problem: each other stage
+    count the algorithm lists, each other cluster shape of `clusters`, CTA swizzling toggled, each other custom
+    option (cuBLASLt's check, no timing). The heuristic lists whole configurations; these are the ones around
+    its best that it does not list."""
+    buf = ctypes.create_string_buffer(ALGO_BYTES * max_out)
+    ws = (_sz * max_out)()
+    cl = (_i * len(clusters))(*clusters)
+    found, checked = _i(0), _i(0)
+    st = _lib().kr_lt_neighbours(_DTYPE_CODE[dtype], m, n, k, workspace_cap, algo.blob, cl, len(clusters), max_out,
+                                 buf, ws, ctypes.byref(found), ctypes.byref(checked))
+    if st != 0:
+        raise RuntimeError(f"cuBLASLt could not list the neighbours of {algo.name} for {m}x{n}x{k} (status {st})")
+    raw = buf.raw
+    return [LtAlgo(raw[i * ALGO_BYTES:(i + 1) * ALGO_BYTES], int(ws[i]), -1) for i in range(found.value)]
+
+
+def changed_attribute(base: dict, other: dict) -> str | None:
+    """The one attribute of NEIGHBOUR_ATTRIBUTES in which configuration `other` differs from `base` (their
+    `LtAlgo.info`), or None when they differ elsewhere or in more than one."""
+    diff = [key for key in CONFIG_KEYS if base[key] != other[key]]
+    return diff[0] if len(diff) == 1 and diff[0] in NEIGHBOUR_ATTRIBUTES else None
+
+
+def interleave(infos: list[dict], base: dict, top: int) -> list[int]:
+    """Indices of up to `top` of the neighbours `infos` of `base`, taking the attributes in turn (a stage count,
+    a cluster shape, the swizzle, a custom option, the next stage count, ...) so that a long list of one kind
+    does not crowd out the others; each kind keeps cuBLASLt's order."""
+    kinds: dict[str, list[int]] = {a: [] for a in NEIGHBOUR_ATTRIBUTES}
+    for i, info in enumerate(infos):
+        kind = changed_attribute(base, info)
+        if kind is not None:
+            kinds[kind].append(i)
+    out: list[int] = []
+    while len(out) < top and any(kinds.values()):
+        for a in NEIGHBOUR_ATTRIBUTES:
+            if kinds[a] and len(out) < top:
+                out.append(kinds[a].pop(0))
+    return out
+
+
 def config_key(info: dict) -> tuple:
     """What makes two configurations the same kernel launch (the blob also carries internal fields)."""
-    return tuple(info[k] for k in ("algo", "tile", "stages", "splitk", "reduction", "swizzle", "custom", "cluster"))
+    return tuple(info[k] for k in CONFIG_KEYS)
 
 
 def wave_efficiency(waves: float) -> float:

@@ -347,6 +347,50 @@ def retime(path: Path, pattern: str, within: float = 1.1, top: int = 2, shapes: 
     return _revisit(path, names, tag, shapes, opt, deadline_s, log, dtype)
 
 
+NEIGHBOURS = "lt-neighbours"  # the tag of records whose cuBLASLt neighbourhood `neighbourhood` searched
+
+
+def neighbour_bases(record: dict, within: float = 1.05) -> list[str]:
+    """The cuBLASLt configurations whose neighbourhood is worth searching on a recorded shape: the fastest of
+    the heuristic's list (the autotune baseline) and the winner if it is a cuBLASLt configuration, when the
+    fastest of them took at most `within` times the winner's time (elsewhere another family wins by more than
+    a neighbour is likely to gain)."""
+    bases = [n for n in dict.fromkeys([record.get("cublaslt_autotune"), record.get("best")])
+             if n and n.startswith("cublaslt:")]
+    times = [t for t in (record["best_us"] if n == record.get("best") else record.get("cublaslt_autotune_us")
+                         for n in bases) if t]
+    return bases if times and min(times) <= within * record["best_us"] else []
+
+
+def neighbourhood(path: Path, within: float = 1.05, per_base: int = 12, shapes: list[Shape] | None = None,
+                  opt: TuneOptions = TuneOptions(), deadline_s: float = math.inf, log=print, dtype: str | None = None,
+                  tag: str = NEIGHBOURS) -> int:
+    """Search the cuBLASLt configurations one attribute away (`cublaslt.neighbours`) from each recorded shape's
+    `neighbour_bases`, up to `per_base` of each (the attributes in turn, `cublaslt.interleave`), leaving out
+    the heuristic's own list (every one of it was timed): they are timed with the shape's finalists and the
+    winner chosen afresh, as `augment` does. Records visited carry `tag`; resumes like `augment`; returns the
+    number of shapes left."""
+    from kernelrl.gemm import cublaslt
+
+    def names(s: Shape, record: dict) -> list[str] | None:
+        if tag in record.get("augmented", []):
+            return None
+        bases = neighbour_bases(record, within)
+        if not bases:
+            return None
+        dt = DTYPE_NAMES[record["dtype"]]
+        known = {cublaslt.config_key(a.info) for a in cublaslt.heuristics(s.m, s.n, s.k, dt, count=64)}
+        out: list[str] = []
+        for base in bases:
+            algo = cublaslt.LtAlgo.from_name(base)
+            near = [a for a in cublaslt.neighbours(algo, s.m, s.n, s.k, dt) if cublaslt.config_key(a.info) not in known]
+            out += [near[i].name for i in cublaslt.interleave([a.info for a in near], algo.info, per_base)]
+        out = [n for n in dict.fromkeys(out) if n not in record.get("candidates", {})]
+        return out or None
+
+    return _revisit(path, names, tag, shapes, opt, deadline_s, log, dtype)
+
+
 def _revisit(path: Path, names_for, tag: str, shapes: list[Shape] | None, opt: TuneOptions, deadline_s: float,
              log, dtype: str | None = None) -> int:
     """`augment_shape` on every recorded shape (of `dtype` only, if given) for which `names_for(shape, record)`

@@ -181,6 +181,81 @@ int kr_lt_enumerate(int dtype, int m, int n, int k, size_t workspace_cap, const 
   return 0;
 }
 
+// The neighbours of `algo` for the problem: copies that differ from it in one configuration attribute each, the
+// ones cublasLtMatmulAlgoCheck accepts within `workspace_cap`: every other stage count the algorithm lists, every
+// other cluster shape in `clusters`, CTA swizzling toggled (where supported) and every other custom option.  Fills
+// up to `max_out` of them into `algos_out` (64 bytes each) and `workspace_out`; `count_out` = neighbours kept,
+// `checked_out` = checks made.  Returns a cublasStatus_t.
+int kr_lt_neighbours(int dtype, int m, int n, int k, size_t workspace_cap, const void* algo, const int* clusters,
+                     int n_clusters, int max_out, void* algos_out, size_t* workspace_out, int* count_out,
+                     int* checked_out) {
+  *count_out = 0;
+  *checked_out = 0;
+  if (int st = handle()) return st;
+  Problem* p = problem(dtype, m, n, k);
+  if (!p) return -1;
+  cublasLtMatmulAlgo_t base;
+  std::memcpy(&base, algo, sizeof(base));
+  size_t w = 0;
+  uint32_t stage0 = 0, swz0 = 0, custom0 = 0, swizzle_support = 0;
+  uint16_t cluster0 = 0;
+  int32_t custom_max = 0;
+  cublasLtMatmulAlgoConfigGetAttribute(&base, CUBLASLT_ALGO_CONFIG_STAGES_ID, &stage0, sizeof(stage0), &w);
+  cublasLtMatmulAlgoConfigGetAttribute(&base, CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING, &swz0, sizeof(swz0), &w);
+  cublasLtMatmulAlgoConfigGetAttribute(&base, CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION, &custom0, sizeof(custom0), &w);
+  cublasLtMatmulAlgoConfigGetAttribute(&base, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, &cluster0, sizeof(cluster0), &w);
+  cublasLtMatmulAlgoCapGetAttribute(&base, CUBLASLT_ALGO_CAP_CTA_SWIZZLING_SUPPORT, &swizzle_support,
+                                    sizeof(swizzle_support), &w);
+  cublasLtMatmulAlgoCapGetAttribute(&base, CUBLASLT_ALGO_CAP_CUSTOM_OPTION_MAX, &custom_max, sizeof(custom_max), &w);
+  size_t bytes = 0;
+  cublasLtMatmulAlgoCapGetAttribute(&base, CUBLASLT_ALGO_CAP_STAGES_IDS, nullptr, 0, &bytes);
+  std::vector<uint32_t> stages(bytes / sizeof(uint32_t));
+  if (!stages.empty())
+    cublasLtMatmulAlgoCapGetAttribute(&base, CUBLASLT_ALGO_CAP_STAGES_IDS, stages.data(), bytes, &bytes);
+  int kept = 0, checked = 0;
+  auto keep = [&](const cublasLtMatmulAlgo_t& a) {
+    if (kept >= max_out) return;
+    cublasLtMatmulHeuristicResult_t result;
+    ++checked;
+    if (cublasLtMatmulAlgoCheck(g_handle, p->op, p->a, p->b, p->c, p->c, &a, &result) != CUBLAS_STATUS_SUCCESS ||
+        result.workspaceSize > workspace_cap)
+      return;
+    std::memcpy(static_cast<char*>(algos_out) + 64 * kept, &a, sizeof(a));
+    workspace_out[kept] = result.workspaceSize;
+    ++kept;
+  };
+  for (uint32_t stage : stages) {
+    if (stage == stage0) continue;
+    cublasLtMatmulAlgo_t a = base;
+    cublasLtMatmulAlgoConfigSetAttribute(&a, CUBLASLT_ALGO_CONFIG_STAGES_ID, &stage, sizeof(stage));
+    keep(a);
+  }
+  for (int c = 0; c < n_clusters; ++c) {
+    uint16_t cluster = static_cast<uint16_t>(clusters[c]);
+    if (cluster == cluster0) continue;
+    cublasLtMatmulAlgo_t a = base;
+    if (cublasLtMatmulAlgoConfigSetAttribute(&a, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, &cluster,
+                                             sizeof(cluster)) == CUBLAS_STATUS_SUCCESS)
+      keep(a);
+  }
+  if (swizzle_support) {
+    uint32_t swz = swz0 ? 0u : 1u;
+    cublasLtMatmulAlgo_t a = base;
+    cublasLtMatmulAlgoConfigSetAttribute(&a, CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING, &swz, sizeof(swz));
+    keep(a);
+  }
+  for (int32_t custom = 0; custom <= custom_max; ++custom) {
+    if (uint32_t(custom) == custom0) continue;
+    cublasLtMatmulAlgo_t a = base;
+    uint32_t value = uint32_t(custom);
+    cublasLtMatmulAlgoConfigSetAttribute(&a, CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION, &value, sizeof(value));
+    keep(a);
+  }
+  *count_out = kept;
+  *checked_out = checked;
+  return 0;
+}
+
 // info: algo id, tile id, stages id, split-K, reduction scheme, CTA swizzling, custom option, cluster shape id.
 int kr_lt_algo_info(const void* algo, int* info) {
   cublasLtMatmulAlgo_t a;
