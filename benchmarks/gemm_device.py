@@ -142,6 +142,8 @@ def main() -> None:
                     "configurations one attribute away from each shape's best ones, where those came within WITHIN "
                     "of the winner (tune.neighbourhood; the shapes of --dtype)")
     ap.add_argument("--neighbours-per-base", type=int, default=12)
+    ap.add_argument("--neighbours-tag", default="lt-neighbours", help="records carrying it are not searched again "
+                    "(a new tag searches around the winners the last round found)")
     ap.add_argument("--augment", default="", help="search this family (e.g. splitk) on the recorded shapes "
                     "that have candidates of it and were not searched for it yet")
     ap.add_argument("--redecide", nargs="?", const="redecided", default=None, metavar="TAG",
@@ -197,7 +199,8 @@ def main() -> None:
                                 deadline_s=left(args.deadline) - args.bench_reserve - 30)
         if args.neighbours and not unsearched:
             unsearched = neighbourhood(work, args.neighbours, args.neighbours_per_base, shapes=shapes, log=log,
-                                       dtype=args.dtype, deadline_s=left(args.deadline) - args.bench_reserve - 30)
+                                       dtype=args.dtype, deadline_s=left(args.deadline) - args.bench_reserve - 30,
+                                       tag=args.neighbours_tag)
         if args.redecide and not unsearched:
             unsearched = redecide(work, shapes, deadline_s=left(args.deadline) - args.bench_reserve - 30, log=log,
                                   tag=args.redecide)
