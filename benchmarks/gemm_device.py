@@ -142,6 +142,9 @@ def main() -> None:
                     "configurations one attribute away from each shape's best ones, where those came within WITHIN "
                     "of the winner (tune.neighbourhood; the shapes of --dtype)")
     ap.add_argument("--neighbours-per-base", type=int, default=12)
+    ap.add_argument("--neighbours-extra", type=int, default=0, help="also search around this many more of the "
+                    "heuristic's configurations, the fastest after the autotune baseline ...")
+    ap.add_argument("--neighbours-close", type=float, default=1.03, help="... where they came within this of it")
     ap.add_argument("--neighbours-tag", default="lt-neighbours", help="records carrying it are not searched again "
                     "(a new tag searches around the winners the last round found)")
     ap.add_argument("--augment", default="", help="search this family (e.g. splitk) on the recorded shapes "
@@ -200,7 +203,8 @@ def main() -> None:
         if args.neighbours and not unsearched:
             unsearched = neighbourhood(work, args.neighbours, args.neighbours_per_base, shapes=shapes, log=log,
                                        dtype=args.dtype, deadline_s=left(args.deadline) - args.bench_reserve - 30,
-                                       tag=args.neighbours_tag)
+                                       tag=args.neighbours_tag, extra=args.neighbours_extra,
+                                       close=args.neighbours_close)
         if args.redecide and not unsearched:
             unsearched = redecide(work, shapes, deadline_s=left(args.deadline) - args.bench_reserve - 30, log=log,
                                   tag=args.redecide)

@@ -875,6 +875,32 @@ def test_a_cublaslt_neighbourhood_is_searched_only_around_configurations_that_ca
     assert neighbour_bases(rec("torch", 10.0, autotune=None, autotune_us=None)) == []  # no cuBLASLt at all
 
 
+def test_listed_cublaslt_configurations_are_named_back_from_their_rank_and_their_close_ones_searched_too():
+    from kernelrl.gemm.tune import listed_names, neighbour_bases
+
+    heuristic = ["cublaslt:h0", "cublaslt:h1", "cublaslt:h2"]
+    cands = {"cublaslt#0": {"us": 10.2}, "cublaslt#1": {"us": 10.0}, "cublaslt#2": {"us": 10.25},
+             "cublaslt#3": {"us": 9.0},  # a split-K variant, numbered after the list
+             "tiled:32x32x64_s3_w1": {"us": 8.0}}
+    rec = {"best": "torch", "best_us": 10.1, "cublaslt_autotune": "cublaslt:h1", "cublaslt_autotune_us": 10.0,
+           "candidates": cands}
+    ranks = listed_names(rec, heuristic)
+    assert ranks == {"cublaslt#0": "cublaslt:h0", "cublaslt#1": "cublaslt:h1", "cublaslt#2": "cublaslt:h2"}
+    # a list that does not give back the recorded baseline is not the one the record was made with
+    assert listed_names(rec, ["cublaslt:h1", "cublaslt:h0", "cublaslt:h2"]) == {}
+    assert listed_names(rec, heuristic, autotune=1) == {}  # the baseline came from the first one only
+    # a seeded record numbered its cuBLASLt seeds first
+    seeded = {**rec, "seeds": ["cublaslt:h2", "tiled:32x32x64_s3_w1"],
+              "candidates": {"cublaslt#0": {"us": 10.0}, "cublaslt#1": {"us": 10.5}, "cublaslt#2": {"us": 10.1}}}
+    assert listed_names({**seeded, "cublaslt_autotune": "cublaslt:h2"}, heuristic) == {
+        "cublaslt#0": "cublaslt:h2", "cublaslt#1": "cublaslt:h0", "cublaslt#2": "cublaslt:h1"}
+    # the baseline first, then the fastest others of the list within 3% of it
+    assert neighbour_bases(rec, listed=ranks, extra=1) == ["cublaslt:h1", "cublaslt:h0"]
+    assert neighbour_bases(rec, listed=ranks, extra=2) == ["cublaslt:h1", "cublaslt:h0", "cublaslt:h2"]
+    assert neighbour_bases(rec, listed=ranks, extra=2, close=1.01) == ["cublaslt:h1"]
+    assert neighbour_bases(rec, listed={}, extra=2) == ["cublaslt:h1"]
+
+
 def test_cublaslt_neighbours_are_taken_one_attribute_at_a_time_in_turn():
     from kernelrl.gemm.cublaslt import changed_attribute, interleave
 
