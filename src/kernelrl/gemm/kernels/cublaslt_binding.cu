@@ -46,6 +46,43 @@ Problem* problem(int dtype, int m, int n, int k) {
   return &(g_problems[key] = p);
 }
 
+// The values of a list-valued capability of `a` (empty where it has none).
+std::vector<uint32_t> cap_list(const cublasLtMatmulAlgo_t& a, cublasLtMatmulAlgoCapAttributes_t attr) {
+  size_t bytes = 0;
+  cublasLtMatmulAlgoCapGetAttribute(&a, attr, nullptr, 0, &bytes);
+  std::vector<uint32_t> out(bytes / sizeof(uint32_t));
+  if (!out.empty()) cublasLtMatmulAlgoCapGetAttribute(&a, attr, out.data(), bytes, &bytes);
+  return out;
+}
+
+// Configurations that cublasLtMatmulAlgoCheck accepts for a problem, written to the caller's arrays (64 bytes
+// each, their workspace needs and, where asked, the check's wave counts) up to `max_out`; counts every check.
+struct Checked {
+  const Problem* p;
+  size_t workspace_cap;
+  int max_out;
+  void* algos_out;
+  size_t* workspace_out;
+  float* waves_out;  // may be null
+  int kept = 0, checked = 0;
+
+  bool full() const { return kept >= max_out; }
+  // Whether `a` was kept.
+  bool add(const cublasLtMatmulAlgo_t& a) {
+    if (full()) return false;
+    cublasLtMatmulHeuristicResult_t result;
+    ++checked;
+    if (cublasLtMatmulAlgoCheck(g_handle, p->op, p->a, p->b, p->c, p->c, &a, &result) != CUBLAS_STATUS_SUCCESS ||
+        result.workspaceSize > workspace_cap)
+      return false;
+    std::memcpy(static_cast<char*>(algos_out) + 64 * kept, &a, sizeof(a));
+    workspace_out[kept] = result.workspaceSize;
+    if (waves_out) waves_out[kept] = result.wavesCount;
+    ++kept;
+    return true;
+  }
+};
+
 }  // namespace
 
 extern "C" {
@@ -126,15 +163,8 @@ int kr_lt_enumerate(int dtype, int m, int n, int k, size_t workspace_cap, const 
   cublasStatus_t st = cublasLtMatmulAlgoGetIds(g_handle, CUBLAS_COMPUTE_32F, CUDA_R_32F, t, t, t, t,
                                                static_cast<int>(ids.size()), ids.data(), &n_ids);
   if (st != CUBLAS_STATUS_SUCCESS) return static_cast<int>(st);
-  int kept = 0, checked = 0;
-  auto cap_list = [](const cublasLtMatmulAlgo_t& a, cublasLtMatmulAlgoCapAttributes_t attr) {
-    size_t bytes = 0;
-    cublasLtMatmulAlgoCapGetAttribute(&a, attr, nullptr, 0, &bytes);
-    std::vector<uint32_t> out(bytes / sizeof(uint32_t));
-    if (!out.empty()) cublasLtMatmulAlgoCapGetAttribute(&a, attr, out.data(), bytes, &bytes);
-    return out;
-  };
-  for (int i = 0; i < n_ids && kept < max_out && checked < max_checks; ++i) {
+  Checked out{p, workspace_cap, max_out, algos_out, workspace_out, waves_out};
+  for (int i = 0; i < n_ids && !out.full() && out.checked < max_checks; ++i) {
     cublasLtMatmulAlgo_t base;
     if (cublasLtMatmulAlgoInit(g_handle, CUBLAS_COMPUTE_32F, CUDA_R_32F, t, t, t, t, ids[i], &base) !=
         CUBLAS_STATUS_SUCCESS)
@@ -151,7 +181,7 @@ int kr_lt_enumerate(int dtype, int m, int n, int k, size_t workspace_cap, const 
       for (int c = 0; c < n_clusters; ++c) {
         for (uint32_t swz = 0; swz <= (swizzle_support ? 1u : 0u); ++swz) {
           for (uint32_t stage : stages) {
-            if (kept >= max_out || checked >= max_checks) break;
+            if (out.full() || out.checked >= max_checks) break;
             cublasLtMatmulAlgo_t a = base;
             uint16_t cluster = static_cast<uint16_t>(clusters[c]);
             cublasLtMatmulAlgoConfigSetAttribute(&a, CUBLASLT_ALGO_CONFIG_TILE_ID, &tile, sizeof(tile));
@@ -160,24 +190,14 @@ int kr_lt_enumerate(int dtype, int m, int n, int k, size_t workspace_cap, const 
             if (cublasLtMatmulAlgoConfigSetAttribute(&a, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, &cluster,
                                                      sizeof(cluster)) != CUBLAS_STATUS_SUCCESS)
               break;
-            cublasLtMatmulHeuristicResult_t result;
-            ++checked;
-            if (cublasLtMatmulAlgoCheck(g_handle, p->op, p->a, p->b, p->c, p->c, &a, &result) !=
-                    CUBLAS_STATUS_SUCCESS ||
-                result.workspaceSize > workspace_cap)
-              continue;
-            std::memcpy(static_cast<char*>(algos_out) + 64 * kept, &a, sizeof(a));
-            workspace_out[kept] = result.workspaceSize;
-            waves_out[kept] = result.wavesCount;
-            ++kept;
-            break;  // one stage count per (tile, cluster, swizzle)
+            if (out.add(a)) break;  // one stage count per (tile, cluster, swizzle)
           }
         }
       }
     }
   }
-  *count_out = kept;
-  *checked_out = checked;
+  *count_out = out.kept;
+  *checked_out = out.checked;
   return 0;
 }
 
@@ -207,28 +227,12 @@ int kr_lt_neighbours(int dtype, int m, int n, int k, size_t workspace_cap, const
   cublasLtMatmulAlgoCapGetAttribute(&base, CUBLASLT_ALGO_CAP_CTA_SWIZZLING_SUPPORT, &swizzle_support,
                                     sizeof(swizzle_support), &w);
   cublasLtMatmulAlgoCapGetAttribute(&base, CUBLASLT_ALGO_CAP_CUSTOM_OPTION_MAX, &custom_max, sizeof(custom_max), &w);
-  size_t bytes = 0;
-  cublasLtMatmulAlgoCapGetAttribute(&base, CUBLASLT_ALGO_CAP_STAGES_IDS, nullptr, 0, &bytes);
-  std::vector<uint32_t> stages(bytes / sizeof(uint32_t));
-  if (!stages.empty())
-    cublasLtMatmulAlgoCapGetAttribute(&base, CUBLASLT_ALGO_CAP_STAGES_IDS, stages.data(), bytes, &bytes);
-  int kept = 0, checked = 0;
-  auto keep = [&](const cublasLtMatmulAlgo_t& a) {
-    if (kept >= max_out) return;
-    cublasLtMatmulHeuristicResult_t result;
-    ++checked;
-    if (cublasLtMatmulAlgoCheck(g_handle, p->op, p->a, p->b, p->c, p->c, &a, &result) != CUBLAS_STATUS_SUCCESS ||
-        result.workspaceSize > workspace_cap)
-      return;
-    std::memcpy(static_cast<char*>(algos_out) + 64 * kept, &a, sizeof(a));
-    workspace_out[kept] = result.workspaceSize;
-    ++kept;
-  };
-  for (uint32_t stage : stages) {
+  Checked out{p, workspace_cap, max_out, algos_out, workspace_out, nullptr};
+  for (uint32_t stage : cap_list(base, CUBLASLT_ALGO_CAP_STAGES_IDS)) {
     if (stage == stage0) continue;
     cublasLtMatmulAlgo_t a = base;
     cublasLtMatmulAlgoConfigSetAttribute(&a, CUBLASLT_ALGO_CONFIG_STAGES_ID, &stage, sizeof(stage));
-    keep(a);
+    out.add(a);
   }
   for (int c = 0; c < n_clusters; ++c) {
     uint16_t cluster = static_cast<uint16_t>(clusters[c]);
@@ -236,23 +240,23 @@ int kr_lt_neighbours(int dtype, int m, int n, int k, size_t workspace_cap, const
     cublasLtMatmulAlgo_t a = base;
     if (cublasLtMatmulAlgoConfigSetAttribute(&a, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, &cluster,
                                              sizeof(cluster)) == CUBLAS_STATUS_SUCCESS)
-      keep(a);
+      out.add(a);
   }
   if (swizzle_support) {
     uint32_t swz = swz0 ? 0u : 1u;
     cublasLtMatmulAlgo_t a = base;
     cublasLtMatmulAlgoConfigSetAttribute(&a, CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING, &swz, sizeof(swz));
-    keep(a);
+    out.add(a);
   }
   for (int32_t custom = 0; custom <= custom_max; ++custom) {
     if (uint32_t(custom) == custom0) continue;
     cublasLtMatmulAlgo_t a = base;
     uint32_t value = uint32_t(custom);
     cublasLtMatmulAlgoConfigSetAttribute(&a, CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION, &value, sizeof(value));
-    keep(a);
+    out.add(a);
   }
-  *count_out = kept;
-  *checked_out = checked;
+  *count_out = out.kept;
+  *checked_out = out.checked;
   return 0;
 }
 
