@@ -793,6 +793,50 @@ def test_a_winner_no_benchmark_run_put_ahead_of_torch_goes_back_to_torch(tmp_pat
     assert tn.demote_consistent(p, two, min_runs=1) == 1 and read_records(p)[0]["best"] == "torch"
 
 
+def test_a_kernel_a_benchmark_demoted_is_never_chosen_again_for_its_shape(tmp_path, monkeypatch):
+    from kernelrl.gemm import tune as tn
+
+    rec = {"m": 256, "n": 64, "k": 8192, "dtype": "fp16", "best": "cutlass:x", "best_label": "cutlass:x",
+           "best_us": 8.0, "torch_us": 10.0, "torch_rel_err": 2e-4, "best_rel_err": 2e-4,
+           "cublaslt_heuristic": "cublaslt:aa", "cublaslt_autotune": "cublaslt:aa", "calls_per_graph": 10,
+           "candidates": {"torch": {"us": 10.0}, "cutlass:x": {"us": 8.0}, "tiled:y": {"us": 9.0}}}
+    p = tmp_path / "r.jsonl"
+    p.write_text(json.dumps(rec) + "\n")
+    row = {"m": "256", "n": "64", "k": "8192", "dtype": "fp16", "kernel": "cutlass:x",
+           "speedup_ci_lo": "0.82", "speedup_ci_hi": "0.83"}
+    assert tn.demote(p, [row], log=lambda m: None) == 1
+    rec = read_records(p)[0]
+    assert rec["best"] == "torch" and tn.demoted_kernels(rec) == {"cutlass:x"}
+    assert tn._runners_up(rec, 2) == ["tiled:y"]  # the demoted kernel is no runner-up
+    # later demotions add to the list; the evidence is the last one's
+    assert tn.demoted_kernels({**rec, "demoted": {"kernel": "tiled:y"}}) == {"cutlass:x", "tiled:y"}
+
+    # a later search: the demoted kernel is not timed as a candidate, and a demoted baseline never wins
+    final_times = {"torch": 10.0, "cublaslt:aa": 7.0, "tiled:y": 9.0, "tiled:z": 9.5, "cutlass:x": 6.0}
+    measured = []
+
+    def fake_measure(s, dtype, names, inp, calls, opt):  # stands in for the GPU measurement only
+        measured.extend(names)
+        return ({n: {"us": final_times[n], "rel_err": 2e-4, "ok": True} for n in names},
+                {n: (lambda a, b, c: None) for n in names})
+
+    def fake_graphs(fns, inp, calls, rounds, placements, per_round):
+        per_round.update({n: [final_times[n]] * rounds for n in fns})
+        return {n: final_times[n] for n in fns}
+
+    monkeypatch.setattr(tn, "Inputs", lambda *a, **k: None)
+    monkeypatch.setattr(tn, "_measure", fake_measure)
+    monkeypatch.setattr(tn, "time_graphs_placed", fake_graphs)
+    out = tn.augment_shape(rec, ["cutlass:x", "tiled:z"])
+    assert "cutlass:x" not in measured and "tiled:z" in measured  # the fastest, but demoted
+    assert out["best"] == "cublaslt:aa"
+    out = tn.augment_shape({**rec, "demoted_kernels": ["cutlass:x", "cublaslt:aa"]}, ["tiled:z"])
+    assert out["best"] == "tiled:y" and out["cublaslt_autotune_us"] == 7.0  # still timed as the baseline
+    measured.clear()
+    out = tn.augment_shape({**rec, "demoted_kernels": [], "demoted": {}}, ["tiled:z"])
+    assert "cutlass:x" in measured and out["best"] == "cutlass:x"  # nothing barred: a runner-up, and the fastest
+
+
 def test_redeciding_visits_every_record_once_with_its_runners_up_and_resumes(tmp_path, monkeypatch):
     from kernelrl.gemm import tune as tn
 

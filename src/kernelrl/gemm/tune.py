@@ -210,14 +210,15 @@ def as_dispatched(fn):
 
 
 def _final(results: dict[str, dict], launchers: dict, baselines: list[str | None], inp: Inputs, calls: int,
-           opt: TuneOptions) -> tuple[dict[str, float], str]:
+           opt: TuneOptions, barred: frozenset[str] = frozenset()) -> tuple[dict[str, float], str]:
     """Time the fastest few candidates, torch.matmul and the baselines again, replays interleaved so that
     drift hits all alike, each called as the dispatch calls it (torch.matmul(a, b) itself, the others with a
     fresh output), the rounds spread over `opt.final_placements` sets of buffers as the benchmark spreads its
     own; (their times, the winner: torch unless a kernel beats it by the margin with medians and is measurably
     not slower: the 95% interval of torch's time over its own, paired within each round, starts at
-    `opt.ci_floor` or above)."""
-    timed = {n: r["us"] for n, r in results.items() if "us" in r}
+    `opt.ci_floor` or above). Kernels in `barred` (a benchmark sent them back to torch.matmul on this shape) are
+    timed only as baselines and never win."""
+    timed = {n: r["us"] for n, r in results.items() if "us" in r and n not in barred}
     torch_err = results["torch"]["rel_err"]
     # a winner must also keep its error within twice torch's (the dispatch promise), not only under the bound
     rivals = sorted((n for n in timed if n != "torch" and results[n]["rel_err"] <= 2 * torch_err),
@@ -226,7 +227,7 @@ def _final(results: dict[str, dict], launchers: dict, baselines: list[str | None
     fns = {n: (torch.matmul if n == "torch" else as_dispatched(launchers[n]), False) for n in final_set}
     per_round: dict[str, list[float]] = {}
     final_us = time_graphs_placed(fns, inp, calls, opt.final_rounds, opt.final_placements, per_round=per_round)
-    best = min((n for n in final_us if n != "torch" and results[n]["rel_err"] <= 2 * torch_err),
+    best = min((n for n in final_us if n != "torch" and n not in barred and results[n]["rel_err"] <= 2 * torch_err),
                key=final_us.get, default="torch")
     if best == "torch" or final_us[best] > final_us["torch"] * (1 - opt.margin):
         return final_us, "torch"
@@ -244,10 +245,12 @@ def augment_shape(record: dict, names: list[str], opt: TuneOptions = TuneOptions
     dtype = DTYPE_NAMES[record["dtype"]]
     inp = Inputs(s.m, s.n, s.k, dtype)
     calls = record.get("calls_per_graph") or calls_for(estimate_torch_us(s))
+    barred = demoted_kernels(record)
     old = [n for n in dict.fromkeys(["torch", record["best"], record.get("cublaslt_heuristic"),
                                      record.get("cublaslt_autotune"), *_runners_up(record, 2)]) if n]
-    results, launchers = _measure(s, dtype, old + [n for n in names if n not in old], inp, calls, opt)
-    final_us, best = _final(results, launchers, old[1:], inp, calls, opt)
+    new_names = [n for n in names if n not in old and n not in barred]
+    results, launchers = _measure(s, dtype, old + new_names, inp, calls, opt)
+    final_us, best = _final(results, launchers, old[1:], inp, calls, opt, barred)
     new = {n: results[n] for n in names if n in results}
     best_label = record.get("best_label", record["best"]) if best == record["best"] else best
     return {**record,
@@ -261,11 +264,20 @@ def augment_shape(record: dict, names: list[str], opt: TuneOptions = TuneOptions
             "seconds": record.get("seconds", 0.0) + time.perf_counter() - t_start}
 
 
+def demoted_kernels(record: dict) -> frozenset[str]:
+    """The kernels a benchmark sent back to torch.matmul on the record's shape (`demote`, `demote_consistent`):
+    a later search times them as baselines at most and never chooses them again."""
+    last = record.get("demoted", {}).get("kernel")
+    return frozenset(record.get("demoted_kernels", [])) | ({last} if last else frozenset())
+
+
 def _runners_up(record: dict, n: int) -> list[str]:
-    """The `n` fastest recorded candidates besides torch and the winner that can be launched again by name
-    (cuBLASLt candidates are recorded under their rank only, except the winner and the baselines)."""
+    """The `n` fastest recorded candidates besides torch, the winner and the demoted kernels that can be launched
+    again by name (cuBLASLt candidates are recorded under their rank only, except the winner and the
+    baselines)."""
+    barred = demoted_kernels(record)
     timed = [(r["us"], name) for name, r in record.get("candidates", {}).items()
-             if "us" in r and ":" in name and name != record["best"]]
+             if "us" in r and ":" in name and name != record["best"] and name not in barred]
     return [name for _, name in sorted(timed)[:n]]
 
 
@@ -470,7 +482,8 @@ def _demote(path: Path, verdicts: list[tuple], log) -> int:
             continue
         by_key[key] = {**rec, "best": "torch", "best_label": "torch", "best_us": rec["torch_us"],
                        "best_rel_err": rec["torch_rel_err"],
-                       "demoted": {"kernel": rec["best"], "label": rec.get("best_label", rec["best"]), **evidence}}
+                       "demoted": {"kernel": rec["best"], "label": rec.get("best_label", rec["best"]), **evidence},
+                       "demoted_kernels": sorted(demoted_kernels(rec) | {rec["best"]})}
         n += 1
         log(f"{Shape(*key[:3])} {key[3]}: {rec.get('best_label', rec['best'])} demoted to torch ({why})")
     if n:
