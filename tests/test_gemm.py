@@ -920,7 +920,7 @@ def test_a_cublaslt_neighbourhood_is_searched_only_around_configurations_that_ca
 
 
 def test_listed_cublaslt_configurations_are_named_back_from_their_rank_and_their_close_ones_searched_too():
-    from kernelrl.gemm.tune import listed_names, neighbour_bases
+    from kernelrl.gemm.tune import close_listed, listed_names, neighbour_bases
 
     heuristic = ["cublaslt:h0", "cublaslt:h1", "cublaslt:h2"]
     cands = {"cublaslt#0": {"us": 10.2}, "cublaslt#1": {"us": 10.0}, "cublaslt#2": {"us": 10.25},
@@ -938,11 +938,16 @@ def test_listed_cublaslt_configurations_are_named_back_from_their_rank_and_their
               "candidates": {"cublaslt#0": {"us": 10.0}, "cublaslt#1": {"us": 10.5}, "cublaslt#2": {"us": 10.1}}}
     assert listed_names({**seeded, "cublaslt_autotune": "cublaslt:h2"}, heuristic) == {
         "cublaslt#0": "cublaslt:h2", "cublaslt#1": "cublaslt:h0", "cublaslt#2": "cublaslt:h1"}
-    # the baseline first, then the fastest others of the list within 3% of it
-    assert neighbour_bases(rec, listed=ranks, extra=1) == ["cublaslt:h1", "cublaslt:h0"]
-    assert neighbour_bases(rec, listed=ranks, extra=2) == ["cublaslt:h1", "cublaslt:h0", "cublaslt:h2"]
-    assert neighbour_bases(rec, listed=ranks, extra=2, close=1.01) == ["cublaslt:h1"]
-    assert neighbour_bases(rec, listed={}, extra=2) == ["cublaslt:h1"]
+    # beside the baseline, the fastest others of the list within 3% of it
+    bases = neighbour_bases(rec)
+    assert bases == ["cublaslt:h1"]
+    assert close_listed(rec, ranks, 1.03, 1, bases) == ["cublaslt:h0"]
+    assert close_listed(rec, ranks, 1.03, 2, bases) == ["cublaslt:h0", "cublaslt:h2"]
+    assert close_listed(rec, ranks, 1.01, 2, bases) == []
+    assert close_listed(rec, {}, 1.03, 2, bases) == []
+    # one of the list faster than the baseline (beyond the first 32, say) is searched around too
+    faster = {**rec, "candidates": {**cands, "cublaslt#2": {"us": 9.95}}}
+    assert close_listed(faster, ranks, 1.03, 2, bases) == ["cublaslt:h2", "cublaslt:h0"]
 
 
 def test_cublaslt_neighbours_are_taken_one_attribute_at_a_time_in_turn():

@@ -377,45 +377,49 @@ def listed_names(record: dict, heuristic: list[str], autotune: int = TuneOptions
     return ranks
 
 
-def neighbour_bases(record: dict, within: float = 1.05, listed: dict[str, str] | None = None, close: float = 1.03,
-                    extra: int = 0) -> list[str]:
+def neighbour_bases(record: dict, within: float = 1.05) -> list[str]:
     """The cuBLASLt configurations whose neighbourhood is worth searching on a recorded shape: the fastest of
     the heuristic's list (the autotune baseline) and the winner if it is a cuBLASLt configuration, when the
     fastest of them took at most `within` times the winner's time (elsewhere another family wins by more than
-    a neighbour is likely to gain). With `listed` (`listed_names`), also up to `extra` more of the list, the
-    fastest after the baseline, where they took at most `close` times its time."""
+    a neighbour is likely to gain)."""
     bases = [n for n in dict.fromkeys([record.get("cublaslt_autotune"), record.get("best")])
              if n and n.startswith("cublaslt:")]
     times = [t for t in (record["best_us"] if n == record.get("best") else record.get("cublaslt_autotune_us")
                          for n in bases) if t]
-    if not (times and min(times) <= within * record["best_us"]):
-        return []
+    return bases if times and min(times) <= within * record["best_us"] else []
+
+
+def close_listed(record: dict, listed: dict[str, str], close: float = 1.03, top: int = 1,
+                 exclude: list[str] = ()) -> list[str]:
+    """Up to `top` more of the heuristic's list (`listed`: `listed_names`) worth searching around, none of
+    `exclude`: the fastest, where they took at most `close` times the time of the list's fastest."""
     timed = sorted((r["us"], listed[n]) for n, r in record.get("candidates", {}).items()
-                   if listed and n in listed and r.get("us"))
-    runners = [n for us, n in timed if us <= close * timed[0][0] and n not in bases]
-    return bases + runners[:extra]
+                   if n in listed and r.get("us"))
+    return [n for us, n in timed if us <= close * timed[0][0] and n not in exclude][:top]
 
 
 def neighbourhood(path: Path, within: float = 1.05, per_base: int = 12, shapes: list[Shape] | None = None,
                   opt: TuneOptions = TuneOptions(), deadline_s: float = math.inf, log=print, dtype: str | None = None,
                   tag: str = NEIGHBOURS, extra: int = 0, close: float = 1.03) -> int:
     """Search the cuBLASLt configurations one attribute away (`cublaslt.neighbours`) from each recorded shape's
-    `neighbour_bases` (with `extra` > 0, also the fastest others of the heuristic's list within `close` of its
-    fastest), up to `per_base` of each (the attributes in turn, `cublaslt.interleave`), leaving out the
-    heuristic's own list (every one of it was timed): they are timed with the shape's finalists and the winner
-    chosen afresh, as `augment` does. Records visited carry `tag`; resumes like `augment`; returns the number
-    of shapes left."""
+    `neighbour_bases` (with `extra` > 0, also from `close_listed`), up to `per_base` of each (the attributes in
+    turn, `cublaslt.interleave`), leaving out the heuristic's own list (every one of it was timed): they are
+    timed with the shape's finalists and the winner chosen afresh, as `augment` does. Records visited carry
+    `tag`; resumes like `augment`; returns the number of shapes left."""
     from kernelrl.gemm import cublaslt
 
     def names(s: Shape, record: dict) -> list[str] | None:
-        if tag in record.get("augmented", []) or not neighbour_bases(record, within):
+        bases = [] if tag in record.get("augmented", []) else neighbour_bases(record, within)
+        if not bases:
             return None
         dt = DTYPE_NAMES[record["dtype"]]
-        heuristic = cublaslt.heuristics(s.m, s.n, s.k, dt, count=64)
+        heuristic = cublaslt.heuristics(s.m, s.n, s.k, dt, count=opt.lt_autotune + opt.lt_extra)
         known = {cublaslt.config_key(a.info) for a in heuristic}
-        listed = listed_names(record, [a.name for a in heuristic]) if extra else {}
+        if extra:
+            bases += close_listed(record, listed_names(record, [a.name for a in heuristic], opt.lt_autotune), close,
+                                  extra, bases)
         out: list[str] = []
-        for base in neighbour_bases(record, within, listed, close, extra):
+        for base in bases:
             algo = cublaslt.LtAlgo.from_name(base)
             near = [a for a in cublaslt.neighbours(algo, s.m, s.n, s.k, dt) if cublaslt.config_key(a.info) not in known]
             out += [near[i].name for i in cublaslt.interleave([a.info for a in near], algo.info, per_base)]
