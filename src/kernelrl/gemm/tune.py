@@ -13,6 +13,7 @@ import re
 import shutil
 import tempfile
 import time
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -390,7 +391,7 @@ def neighbour_bases(record: dict, within: float = 1.05) -> list[str]:
 
 
 def close_listed(record: dict, listed: dict[str, str], close: float = 1.03, top: int = 1,
-                 exclude: list[str] = ()) -> list[str]:
+                 exclude: Collection[str] = ()) -> list[str]:
     """Up to `top` more of the heuristic's list (`listed`: `listed_names`) worth searching around, none of
     `exclude`: the fastest, where they took at most `close` times the time of the list's fastest."""
     timed = sorted((r["us"], listed[n]) for n, r in record.get("candidates", {}).items()
