@@ -959,21 +959,36 @@ def test_cublaslt_neighbours_are_taken_one_attribute_at_a_time_in_turn():
         return {**base, **changes}
 
     infos = [near(stages=1), near(stages=2), near(stages=3), near(cluster=3), near(cluster=5), near(swizzle=1),
-             near(custom=1), near(tile=30), near(stages=4, cluster=3)]
-    assert [changed_attribute(base, i) for i in infos] == ["stages"] * 3 + ["cluster"] * 2 + ["swizzle", "custom",
-                                                                                                None, None]
+             near(custom=1), near(tile=30), near(tile=29, stages=5), near(splitk=4, reduction=2), near(splitk=2),
+             near(stages=4, cluster=3), near(reduction=2), near(tile=30, cluster=3), near(splitk=2, stages=4)]
+    assert [changed_attribute(base, i) for i in infos] == (
+        ["stages"] * 3 + ["cluster"] * 2 + ["swizzle", "custom", "tile", "tile", "splitk", "splitk"] + [None] * 4)
     assert changed_attribute(base, base) is None
-    # one of each kind in turn, each kind in its own order; a change of tile, or of two attributes, is never taken
-    assert interleave(infos, base, 6) == [0, 3, 5, 6, 1, 4]
-    assert interleave(infos, base, 100) == [0, 3, 5, 6, 1, 4, 2]
+    # a new tile may bring its own stage count and a split count its reduction scheme; nothing else goes with them
+    assert changed_attribute(near(splitk=4, reduction=2), base) == "splitk"
+    # one of each kind in turn, each kind in its own order; a change of two attributes is never taken
+    assert interleave(infos, base, 6) == [0, 3, 5, 6, 7, 9]
+    assert interleave(infos, base, 100) == [0, 3, 5, 6, 7, 9, 1, 4, 8, 10, 2]
     assert interleave(infos, base, 0) == []
+
+
+def test_split_counts_are_offered_nearest_first_and_only_where_splitting_may_pay():
+    from kernelrl.gemm.cublaslt import splits_near
+    from kernelrl.gemm.tune import splits_may_pay
+
+    assert splits_near(1) == [2, 3, 4, 5, 6, 8, 12, 16]
+    assert splits_near(4) == [5, 3, 6, 2, 8, 12, 1, 16]  # by ratio: 5/4 is nearer than 4/3
+    assert splits_near(6, (1, 2, 6, 8, 12)) == [8, 12, 2, 1]
+    assert splits_may_pay(Shape(256, 512, 8192)) and splits_may_pay(Shape(2048, 2048, 1024))
+    assert not splits_may_pay(Shape(256, 512, 512))  # shallow K
+    assert not splits_may_pay(Shape(4096, 2048, 8192))  # more than two waves of tiles
 
 
 def test_the_cublaslt_neighbourhood_visits_each_close_shape_once(tmp_path, monkeypatch):
     from kernelrl.gemm import cublaslt
     from kernelrl.gemm import tune as tn
 
-    base, listed = _info(66, 20), _info(66, 20, cluster=3)
+    base, listed = _info(66, 20), _info(66, 29, cluster=3)
     blobs = {"aa": base, "a1": {**base, "stages": 7}, "a2": listed, "a3": {**base, "swizzle": 1}}
 
     class Algo:
@@ -982,7 +997,13 @@ def test_the_cublaslt_neighbourhood_visits_each_close_shape_once(tmp_path, monke
 
     monkeypatch.setattr(cublaslt.LtAlgo, "from_name", classmethod(lambda cls, name: Algo(name.split(":")[1])))
     monkeypatch.setattr(cublaslt, "heuristics", lambda m, n, k, dt, count: [Algo("aa"), Algo("a2")])
-    monkeypatch.setattr(cublaslt, "neighbours", lambda algo, m, n, k, dt: [Algo("a1"), Algo("a2"), Algo("a3")])
+    asked = []
+
+    def neighbours(algo, m, n, k, dt, tiles, splits):
+        asked.append((tiles, splits))
+        return [Algo("a1"), Algo("a2"), Algo("a3")]
+
+    monkeypatch.setattr(cublaslt, "neighbours", neighbours)
 
     def rec(m, best_us, cands=None):
         return {"m": m, "n": 256, "k": 4096, "dtype": "fp16", "best": "torch", "best_label": "torch",
@@ -1003,6 +1024,8 @@ def test_the_cublaslt_neighbourhood_visits_each_close_shape_once(tmp_path, monke
     # the heuristic's own configuration (a2) and one already timed (a3 on the third shape) are left out; the
     # shape another kernel wins by 2x is not visited
     assert seen == [(64, ["cublaslt:a1", "cublaslt:a3"]), (256, ["cublaslt:a1"])]
+    # other tiles are the ones the heuristic lists, in its order; deep K over a small output: other split counts
+    assert asked == [((20, 29), tuple(cublaslt.splits_near(1)))] * 2
     assert tn.neighbourhood(p, within=1.05, log=lambda m: None) == 0 and len(seen) == 2  # visited: not again
 
 

@@ -127,15 +127,21 @@ def test_cublaslt_neighbours_differ_from_their_base_in_one_attribute_and_are_cor
     from kernelrl.gemm import cublaslt
 
     m, n, k = 1024, 2048, 4096
-    base = cublaslt.heuristics(m, n, k, dtype, count=1)[0]
-    near = cublaslt.neighbours(base, m, n, k, dtype)
+    listed = cublaslt.heuristics(m, n, k, dtype, count=32)
+    base = listed[0]
+    tiles = tuple(dict.fromkeys(a.info["tile"] for a in listed))
+    near = cublaslt.neighbours(base, m, n, k, dtype, tiles=tiles, splits=tuple(cublaslt.splits_near(1)))
     kinds = [cublaslt.changed_attribute(base.info, a.info) for a in near]
-    # every neighbour changes one attribute, never the same configuration twice; more than one kind is offered
-    assert near and None not in kinds and len(set(kinds)) >= 2, kinds
+    # every neighbour changes one attribute, never the same configuration twice; other tiles and split counts
+    # are among them
+    assert near and None not in kinds and {"tile", "splitk"} <= set(kinds), kinds
     assert len({cublaslt.config_key(a.info) for a in near}) == len(near)
+    assert {a.info["tile"] for a in near} <= set(tiles)
     a, b = chk.random_inputs(m, n, k, dtype)
     ref = chk.reference(a, b)
-    for i in cublaslt.interleave([x.info for x in near], base.info, 8):
+    picked = cublaslt.interleave([x.info for x in near], base.info, 8)
+    assert {"tile", "splitk"} <= {kinds[i] for i in picked}
+    for i in picked:
         res = chk.check(make_launcher(near[i].name, m, n, k, dtype), a, b, ref)
         assert res.ok, (near[i].info, res.reason)
 

@@ -30,8 +30,9 @@ def _lib():
         lib.kr_lt_plan_run.argtypes = [_vp, _vp, _vp, _vp, _vp]
         lib.kr_lt_plan_free.argtypes = [_vp]
         lib.kr_lt_plan_free.restype = None
-        lib.kr_lt_neighbours.argtypes = [_i, _i, _i, _i, _sz, _vp, ctypes.POINTER(_i), _i, _i, _vp,
-                                          ctypes.POINTER(_sz), ctypes.POINTER(_i), ctypes.POINTER(_i)]
+        lib.kr_lt_neighbours.argtypes = [_i, _i, _i, _i, _sz, _vp, ctypes.POINTER(_i), _i, ctypes.POINTER(_i), _i,
+                                          ctypes.POINTER(_i), _i, _i, _vp, ctypes.POINTER(_sz), ctypes.POINTER(_i),
+                                          ctypes.POINTER(_i)]
         lib.kr_lt_enumerate.argtypes = [_i, _i, _i, _i, _sz, ctypes.POINTER(_i), _i, _i, _i, _vp,
                                         ctypes.POINTER(_sz), ctypes.POINTER(ctypes.c_float), ctypes.POINTER(_i),
                                         ctypes.POINTER(_i)]
@@ -112,23 +113,34 @@ def enumerate_space(m: int, n: int, k: int, dtype: torch.dtype = torch.float16, 
 
 # Cluster shapes a neighbour may take: auto, 1x1, 2x1, 4x1, 1x2, 2x2, 1x4 (cublasLtClusterShape_t).
 NEIGHBOUR_CLUSTERS = (0, 2, 3, 4, 5, 6, 8)
-# The configuration attributes a neighbour changes, one each (`neighbours`).
-NEIGHBOUR_ATTRIBUTES = ("stages", "cluster", "swizzle", "custom")
+# Split counts a neighbour may take (1: no split), nearest the base's first (`splits_near`).
+NEIGHBOUR_SPLITS = (1, 2, 3, 4, 5, 6, 8, 12, 16)
+# The configuration attributes a neighbour changes, one each (`neighbours`), with the ones that change with them:
+# a new tile may need another stage count, and a split count its reduction scheme.
+NEIGHBOUR_ATTRIBUTES = {"stages": (), "cluster": (), "swizzle": (), "custom": (), "tile": ("stages",),
+                        "splitk": ("reduction",)}
+
+
+def splits_near(split: int, splits: tuple[int, ...] = NEIGHBOUR_SPLITS) -> list[int]:
+    """`splits` without `split`, the nearest to it (by ratio) first."""
+    return sorted((s for s in splits if s != split), key=lambda s: (abs(math.log(s / max(split, 1))), s))
 
 
 def neighbours(algo: LtAlgo, m: int, n: int, k: int, dtype: torch.dtype = torch.float16,
-               clusters: tuple[int, ...] = NEIGHBOUR_CLUSTERS, max_out: int = 256,
-               workspace_cap: int = WORKSPACE_CAP) -> list[LtAlgo]:
+               clusters: tuple[int, ...] = NEIGHBOUR_CLUSTERS, tiles: tuple[int, ...] = (),
+               splits: tuple[int, ...] = (), max_out: int = 256, workspace_cap: int = WORKSPACE_CAP) -> list[LtAlgo]:
     """The configurations one attribute away from `algo` that cuBLASLt accepts for the problem: each other stage
     count the algorithm lists, each other cluster shape of `clusters`, CTA swizzling toggled, each other custom
-    option (cuBLASLt's check, no timing). The heuristic lists whole configurations; these are the ones around
-    its best that it does not list."""
+    option, each other tile of `tiles` (the base's stage count where the tile takes it) and, where the algorithm
+    splits K, each other split count of `splits` (cuBLASLt's check, no timing). The heuristic lists whole
+    configurations; these are the ones around its best that it does not list."""
     buf = ctypes.create_string_buffer(ALGO_BYTES * max_out)
     ws = (_sz * max_out)()
-    cl = (_i * len(clusters))(*clusters)
+    cl, tl, sp = (_i * len(clusters))(*clusters), (_i * len(tiles))(*tiles), (_i * len(splits))(*splits)
     found, checked = _i(0), _i(0)
-    st = _lib().kr_lt_neighbours(_DTYPE_CODE[dtype], m, n, k, workspace_cap, algo.blob, cl, len(clusters), max_out,
-                                 buf, ws, ctypes.byref(found), ctypes.byref(checked))
+    st = _lib().kr_lt_neighbours(_DTYPE_CODE[dtype], m, n, k, workspace_cap, algo.blob, cl, len(clusters), tl,
+                                 len(tiles), sp, len(splits), max_out, buf, ws, ctypes.byref(found),
+                                 ctypes.byref(checked))
     if st != 0:
         raise RuntimeError(f"cuBLASLt could not list the neighbours of {algo.name} for {m}x{n}x{k} (status {st})")
     raw = buf.raw
@@ -136,16 +148,19 @@ def neighbours(algo: LtAlgo, m: int, n: int, k: int, dtype: torch.dtype = torch.
 
 
 def changed_attribute(base: dict, other: dict) -> str | None:
-    """The one attribute of NEIGHBOUR_ATTRIBUTES in which configuration `other` differs from `base` (their
-    `LtAlgo.info`), or None when they differ elsewhere or in more than one."""
-    diff = [key for key in CONFIG_KEYS if base[key] != other[key]]
-    return diff[0] if len(diff) == 1 and diff[0] in NEIGHBOUR_ATTRIBUTES else None
+    """The attribute of NEIGHBOUR_ATTRIBUTES in which configuration `other` differs from `base` (their
+    `LtAlgo.info`), with only the attributes that go with it changed too; None when they differ otherwise."""
+    diff = {key for key in CONFIG_KEYS if base[key] != other[key]}
+    for attribute, companions in NEIGHBOUR_ATTRIBUTES.items():
+        if attribute in diff and diff <= {attribute, *companions}:
+            return attribute
+    return None
 
 
 def interleave(infos: list[dict], base: dict, top: int) -> list[int]:
     """Indices of up to `top` of the neighbours `infos` of `base`, taking the attributes in turn (a stage count,
-    a cluster shape, the swizzle, a custom option, the next stage count, ...) so that a long list of one kind
-    does not crowd out the others; each kind keeps cuBLASLt's order."""
+    a cluster shape, the swizzle, a custom option, a tile, a split count, the next stage count, ...) so that a
+    long list of one kind does not crowd out the others; each kind keeps cuBLASLt's order."""
     kinds: dict[str, list[int]] = {a: [] for a in NEIGHBOUR_ATTRIBUTES}
     for i, info in enumerate(infos):
         kind = changed_attribute(base, info)

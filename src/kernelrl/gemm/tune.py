@@ -399,12 +399,19 @@ def close_listed(record: dict, listed: dict[str, str], close: float = 1.03, top:
     return [n for us, n in timed if us <= close * timed[0][0] and n not in exclude][:top]
 
 
+def splits_may_pay(s: Shape) -> bool:
+    """Whether splitting K may pay on a shape: a deep K over an output of at most about two waves of 128x128
+    tiles (beyond that every SM already has whole tiles to work on)."""
+    return s.k >= 1024 and s.m * s.n <= 2048 * 2048
+
+
 def neighbourhood(path: Path, within: float = 1.05, per_base: int = 12, shapes: list[Shape] | None = None,
                   opt: TuneOptions = TuneOptions(), deadline_s: float = math.inf, log=print, dtype: str | None = None,
                   tag: str = NEIGHBOURS, extra: int = 0, close: float = 1.03) -> int:
     """Search the cuBLASLt configurations one attribute away (`cublaslt.neighbours`) from each recorded shape's
     `neighbour_bases` (with `extra` > 0, also from `close_listed`), up to `per_base` of each (the attributes in
-    turn, `cublaslt.interleave`), leaving out the heuristic's own list (every one of it was timed): they are
+    turn, `cublaslt.interleave`; other tiles are those of the heuristic's list, other split counts only where
+    `splits_may_pay`), leaving out the heuristic's own list (every one of it was timed): they are
     timed with the shape's finalists and the winner chosen afresh, as `augment` does. Records visited carry
     `tag`; resumes like `augment`; returns the number of shapes left."""
     from kernelrl.gemm import cublaslt
@@ -419,10 +426,13 @@ def neighbourhood(path: Path, within: float = 1.05, per_base: int = 12, shapes: 
         if extra:
             bases += close_listed(record, listed_names(record, [a.name for a in heuristic], opt.lt_autotune), close,
                                   extra, bases)
+        tiles = tuple(dict.fromkeys(a.info["tile"] for a in heuristic))  # the tiles the heuristic lists, best first
         out: list[str] = []
         for base in bases:
             algo = cublaslt.LtAlgo.from_name(base)
-            near = [a for a in cublaslt.neighbours(algo, s.m, s.n, s.k, dt) if cublaslt.config_key(a.info) not in known]
+            splits = tuple(cublaslt.splits_near(algo.info["splitk"])) if splits_may_pay(s) else ()
+            near = [a for a in cublaslt.neighbours(algo, s.m, s.n, s.k, dt, tiles=tiles, splits=splits)
+                    if cublaslt.config_key(a.info) not in known]
             out += [near[i].name for i in cublaslt.interleave([a.info for a in near], algo.info, per_base)]
         out = [n for n in dict.fromkeys(out) if n not in record.get("candidates", {})]
         return out or None

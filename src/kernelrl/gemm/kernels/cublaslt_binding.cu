@@ -203,12 +203,14 @@ int kr_lt_enumerate(int dtype, int m, int n, int k, size_t workspace_cap, const 
 
 // The neighbours of `algo` for the problem: copies that differ from it in one configuration attribute each, the
 // ones cublasLtMatmulAlgoCheck accepts within `workspace_cap`: every other stage count the algorithm lists, every
-// other cluster shape in `clusters`, CTA swizzling toggled (where supported) and every other custom option.  Fills
-// up to `max_out` of them into `algos_out` (64 bytes each) and `workspace_out`; `count_out` = neighbours kept,
-// `checked_out` = checks made.  Returns a cublasStatus_t.
+// other cluster shape in `clusters`, CTA swizzling toggled (where supported), every other custom option, every
+// other tile in `tiles` (with the base's stage count, else the first of the algorithm's that checks) and, where
+// the algorithm splits K, every other split count in `splits` (fp32 reduction in workspace; 1 = no split).
+// Fills up to `max_out` of them into `algos_out` (64 bytes each) and `workspace_out`; `count_out` = neighbours
+// kept, `checked_out` = checks made.  Returns a cublasStatus_t.
 int kr_lt_neighbours(int dtype, int m, int n, int k, size_t workspace_cap, const void* algo, const int* clusters,
-                     int n_clusters, int max_out, void* algos_out, size_t* workspace_out, int* count_out,
-                     int* checked_out) {
+                     int n_clusters, const int* tiles, int n_tiles, const int* splits, int n_splits, int max_out,
+                     void* algos_out, size_t* workspace_out, int* count_out, int* checked_out) {
   *count_out = 0;
   *checked_out = 0;
   if (int st = handle()) return st;
@@ -217,18 +219,24 @@ int kr_lt_neighbours(int dtype, int m, int n, int k, size_t workspace_cap, const
   cublasLtMatmulAlgo_t base;
   std::memcpy(&base, algo, sizeof(base));
   size_t w = 0;
-  uint32_t stage0 = 0, swz0 = 0, custom0 = 0, swizzle_support = 0;
+  uint32_t stage0 = 0, swz0 = 0, custom0 = 0, swizzle_support = 0, tile0 = 0;
+  int32_t splitk_support = 0, split0 = 1;
   uint16_t cluster0 = 0;
   int32_t custom_max = 0;
   cublasLtMatmulAlgoConfigGetAttribute(&base, CUBLASLT_ALGO_CONFIG_STAGES_ID, &stage0, sizeof(stage0), &w);
   cublasLtMatmulAlgoConfigGetAttribute(&base, CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING, &swz0, sizeof(swz0), &w);
   cublasLtMatmulAlgoConfigGetAttribute(&base, CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION, &custom0, sizeof(custom0), &w);
   cublasLtMatmulAlgoConfigGetAttribute(&base, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, &cluster0, sizeof(cluster0), &w);
+  cublasLtMatmulAlgoConfigGetAttribute(&base, CUBLASLT_ALGO_CONFIG_TILE_ID, &tile0, sizeof(tile0), &w);
+  cublasLtMatmulAlgoConfigGetAttribute(&base, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &split0, sizeof(split0), &w);
   cublasLtMatmulAlgoCapGetAttribute(&base, CUBLASLT_ALGO_CAP_CTA_SWIZZLING_SUPPORT, &swizzle_support,
                                     sizeof(swizzle_support), &w);
   cublasLtMatmulAlgoCapGetAttribute(&base, CUBLASLT_ALGO_CAP_CUSTOM_OPTION_MAX, &custom_max, sizeof(custom_max), &w);
+  cublasLtMatmulAlgoCapGetAttribute(&base, CUBLASLT_ALGO_CAP_SPLITK_SUPPORT, &splitk_support, sizeof(splitk_support),
+                                    &w);
   Checked out{p, workspace_cap, max_out, algos_out, workspace_out, nullptr};
-  for (uint32_t stage : cap_list(base, CUBLASLT_ALGO_CAP_STAGES_IDS)) {
+  std::vector<uint32_t> stages = cap_list(base, CUBLASLT_ALGO_CAP_STAGES_IDS);
+  for (uint32_t stage : stages) {
     if (stage == stage0) continue;
     cublasLtMatmulAlgo_t a = base;
     cublasLtMatmulAlgoConfigSetAttribute(&a, CUBLASLT_ALGO_CONFIG_STAGES_ID, &stage, sizeof(stage));
@@ -253,6 +261,26 @@ int kr_lt_neighbours(int dtype, int m, int n, int k, size_t workspace_cap, const
     cublasLtMatmulAlgo_t a = base;
     uint32_t value = uint32_t(custom);
     cublasLtMatmulAlgoConfigSetAttribute(&a, CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION, &value, sizeof(value));
+    out.add(a);
+  }
+  stages.insert(stages.begin(), stage0);  // a new tile takes the base's stage count where it can
+  for (int t = 0; t < n_tiles; ++t) {
+    uint32_t tile = static_cast<uint32_t>(tiles[t]);
+    if (tile == tile0) continue;
+    for (uint32_t stage : stages) {
+      cublasLtMatmulAlgo_t a = base;
+      cublasLtMatmulAlgoConfigSetAttribute(&a, CUBLASLT_ALGO_CONFIG_TILE_ID, &tile, sizeof(tile));
+      cublasLtMatmulAlgoConfigSetAttribute(&a, CUBLASLT_ALGO_CONFIG_STAGES_ID, &stage, sizeof(stage));
+      if (out.full() || out.add(a)) break;
+    }
+  }
+  for (int i = 0; splitk_support && i < n_splits; ++i) {
+    int32_t split = splits[i];
+    if (split < 1 || split == split0) continue;
+    uint32_t scheme = split > 1 ? CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE : CUBLASLT_REDUCTION_SCHEME_NONE;
+    cublasLtMatmulAlgo_t a = base;
+    cublasLtMatmulAlgoConfigSetAttribute(&a, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &split, sizeof(split));
+    cublasLtMatmulAlgoConfigSetAttribute(&a, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &scheme, sizeof(scheme));
     out.add(a);
   }
   *count_out = out.kept;
