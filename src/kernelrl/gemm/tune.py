@@ -422,18 +422,20 @@ def neighbourhood(path: Path, within: float = 1.05, per_base: int = 12, shapes: 
             return None
         dt = DTYPE_NAMES[record["dtype"]]
         heuristic = cublaslt.heuristics(s.m, s.n, s.k, dt, count=opt.lt_autotune + opt.lt_extra)
-        known = {cublaslt.config_key(a.info) for a in heuristic}
+        listed = [a.info for a in heuristic]
+        known = {cublaslt.config_key(info) for info in listed}
         if extra:
             bases += close_listed(record, listed_names(record, [a.name for a in heuristic], opt.lt_autotune), close,
                                   extra, bases)
-        tiles = tuple(dict.fromkeys(a.info["tile"] for a in heuristic))  # the tiles the heuristic lists, best first
+        tiles = tuple(dict.fromkeys(info["tile"] for info in listed))  # the tiles the heuristic lists, best first
         out: list[str] = []
         for base in bases:
             algo = cublaslt.LtAlgo.from_name(base)
-            splits = tuple(cublaslt.splits_near(algo.info["splitk"])) if splits_may_pay(s) else ()
-            near = [a for a in cublaslt.neighbours(algo, s.m, s.n, s.k, dt, tiles=tiles, splits=splits)
-                    if cublaslt.config_key(a.info) not in known]
-            out += [near[i].name for i in cublaslt.interleave([a.info for a in near], algo.info, per_base)]
+            base_info = algo.info
+            splits = tuple(cublaslt.splits_near(base_info["splitk"])) if splits_may_pay(s) else ()
+            near = [(a, a.info) for a in cublaslt.neighbours(algo, s.m, s.n, s.k, dt, tiles=tiles, splits=splits)]
+            near = [(a, info) for a, info in near if cublaslt.config_key(info) not in known]
+            out += [near[i][0].name for i in cublaslt.interleave([info for _, info in near], base_info, per_base)]
         out = [n for n in dict.fromkeys(out) if n not in record.get("candidates", {})]
         return out or None
 

@@ -55,6 +55,28 @@ std::vector<uint32_t> cap_list(const cublasLtMatmulAlgo_t& a, cublasLtMatmulAlgo
   return out;
 }
 
+// The configuration attributes of an algorithm (what kr_lt_algo_info reports).
+struct Config {
+  int32_t id = 0, splitk = 0;
+  uint32_t tile = 0, stages = 0, reduction = 0, swizzle = 0, custom = 0;
+  uint16_t cluster = 0;
+};
+
+Config config_of(const cublasLtMatmulAlgo_t& a) {
+  Config c;
+  size_t w = 0;
+  cublasLtMatmulAlgoConfigGetAttribute(&a, CUBLASLT_ALGO_CONFIG_ID, &c.id, sizeof(c.id), &w);
+  cublasLtMatmulAlgoConfigGetAttribute(&a, CUBLASLT_ALGO_CONFIG_TILE_ID, &c.tile, sizeof(c.tile), &w);
+  cublasLtMatmulAlgoConfigGetAttribute(&a, CUBLASLT_ALGO_CONFIG_STAGES_ID, &c.stages, sizeof(c.stages), &w);
+  cublasLtMatmulAlgoConfigGetAttribute(&a, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &c.splitk, sizeof(c.splitk), &w);
+  cublasLtMatmulAlgoConfigGetAttribute(&a, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &c.reduction, sizeof(c.reduction),
+                                       &w);
+  cublasLtMatmulAlgoConfigGetAttribute(&a, CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING, &c.swizzle, sizeof(c.swizzle), &w);
+  cublasLtMatmulAlgoConfigGetAttribute(&a, CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION, &c.custom, sizeof(c.custom), &w);
+  cublasLtMatmulAlgoConfigGetAttribute(&a, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, &c.cluster, sizeof(c.cluster), &w);
+  return c;
+}
+
 // Configurations that cublasLtMatmulAlgoCheck accepts for a problem, written to the caller's arrays (64 bytes
 // each, their workspace needs and, where asked, the check's wave counts) up to `max_out`; counts every check.
 struct Checked {
@@ -218,17 +240,10 @@ int kr_lt_neighbours(int dtype, int m, int n, int k, size_t workspace_cap, const
   if (!p) return -1;
   cublasLtMatmulAlgo_t base;
   std::memcpy(&base, algo, sizeof(base));
+  const Config c0 = config_of(base);
   size_t w = 0;
-  uint32_t stage0 = 0, swz0 = 0, custom0 = 0, swizzle_support = 0, tile0 = 0;
-  int32_t splitk_support = 0, split0 = 1;
-  uint16_t cluster0 = 0;
-  int32_t custom_max = 0;
-  cublasLtMatmulAlgoConfigGetAttribute(&base, CUBLASLT_ALGO_CONFIG_STAGES_ID, &stage0, sizeof(stage0), &w);
-  cublasLtMatmulAlgoConfigGetAttribute(&base, CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING, &swz0, sizeof(swz0), &w);
-  cublasLtMatmulAlgoConfigGetAttribute(&base, CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION, &custom0, sizeof(custom0), &w);
-  cublasLtMatmulAlgoConfigGetAttribute(&base, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, &cluster0, sizeof(cluster0), &w);
-  cublasLtMatmulAlgoConfigGetAttribute(&base, CUBLASLT_ALGO_CONFIG_TILE_ID, &tile0, sizeof(tile0), &w);
-  cublasLtMatmulAlgoConfigGetAttribute(&base, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &split0, sizeof(split0), &w);
+  uint32_t swizzle_support = 0;
+  int32_t splitk_support = 0, custom_max = 0;
   cublasLtMatmulAlgoCapGetAttribute(&base, CUBLASLT_ALGO_CAP_CTA_SWIZZLING_SUPPORT, &swizzle_support,
                                     sizeof(swizzle_support), &w);
   cublasLtMatmulAlgoCapGetAttribute(&base, CUBLASLT_ALGO_CAP_CUSTOM_OPTION_MAX, &custom_max, sizeof(custom_max), &w);
@@ -237,37 +252,39 @@ int kr_lt_neighbours(int dtype, int m, int n, int k, size_t workspace_cap, const
   Checked out{p, workspace_cap, max_out, algos_out, workspace_out, nullptr};
   std::vector<uint32_t> stages = cap_list(base, CUBLASLT_ALGO_CAP_STAGES_IDS);
   for (uint32_t stage : stages) {
-    if (stage == stage0) continue;
+    if (stage == c0.stages) continue;
     cublasLtMatmulAlgo_t a = base;
     cublasLtMatmulAlgoConfigSetAttribute(&a, CUBLASLT_ALGO_CONFIG_STAGES_ID, &stage, sizeof(stage));
     out.add(a);
   }
   for (int c = 0; c < n_clusters; ++c) {
     uint16_t cluster = static_cast<uint16_t>(clusters[c]);
-    if (cluster == cluster0) continue;
+    if (cluster == c0.cluster) continue;
     cublasLtMatmulAlgo_t a = base;
     if (cublasLtMatmulAlgoConfigSetAttribute(&a, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, &cluster,
                                              sizeof(cluster)) == CUBLAS_STATUS_SUCCESS)
       out.add(a);
   }
   if (swizzle_support) {
-    uint32_t swz = swz0 ? 0u : 1u;
+    uint32_t swz = c0.swizzle ? 0u : 1u;
     cublasLtMatmulAlgo_t a = base;
     cublasLtMatmulAlgoConfigSetAttribute(&a, CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING, &swz, sizeof(swz));
     out.add(a);
   }
   for (int32_t custom = 0; custom <= custom_max; ++custom) {
-    if (uint32_t(custom) == custom0) continue;
+    if (uint32_t(custom) == c0.custom) continue;
     cublasLtMatmulAlgo_t a = base;
     uint32_t value = uint32_t(custom);
     cublasLtMatmulAlgoConfigSetAttribute(&a, CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION, &value, sizeof(value));
     out.add(a);
   }
-  stages.insert(stages.begin(), stage0);  // a new tile takes the base's stage count where it can
+  std::vector<uint32_t> tile_stages{c0.stages};  // a new tile takes the base's stage count where it can
+  for (uint32_t stage : stages)
+    if (stage != c0.stages) tile_stages.push_back(stage);
   for (int t = 0; t < n_tiles; ++t) {
     uint32_t tile = static_cast<uint32_t>(tiles[t]);
-    if (tile == tile0) continue;
-    for (uint32_t stage : stages) {
+    if (tile == c0.tile) continue;
+    for (uint32_t stage : tile_stages) {
       cublasLtMatmulAlgo_t a = base;
       cublasLtMatmulAlgoConfigSetAttribute(&a, CUBLASLT_ALGO_CONFIG_TILE_ID, &tile, sizeof(tile));
       cublasLtMatmulAlgoConfigSetAttribute(&a, CUBLASLT_ALGO_CONFIG_STAGES_ID, &stage, sizeof(stage));
@@ -276,7 +293,7 @@ int kr_lt_neighbours(int dtype, int m, int n, int k, size_t workspace_cap, const
   }
   for (int i = 0; splitk_support && i < n_splits; ++i) {
     int32_t split = splits[i];
-    if (split < 1 || split == split0) continue;
+    if (split < 1 || split == c0.splitk) continue;
     uint32_t scheme = split > 1 ? CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE : CUBLASLT_REDUCTION_SCHEME_NONE;
     cublasLtMatmulAlgo_t a = base;
     cublasLtMatmulAlgoConfigSetAttribute(&a, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &split, sizeof(split));
@@ -292,19 +309,9 @@ int kr_lt_neighbours(int dtype, int m, int n, int k, size_t workspace_cap, const
 int kr_lt_algo_info(const void* algo, int* info) {
   cublasLtMatmulAlgo_t a;
   std::memcpy(&a, algo, sizeof(a));
-  int32_t id = 0, splitk = 0;
-  uint32_t tile = 0, stages = 0, red = 0, swz = 0, custom = 0;
-  uint16_t cluster = 0;
-  size_t w = 0;
-  cublasLtMatmulAlgoConfigGetAttribute(&a, CUBLASLT_ALGO_CONFIG_ID, &id, sizeof(id), &w);
-  cublasLtMatmulAlgoConfigGetAttribute(&a, CUBLASLT_ALGO_CONFIG_TILE_ID, &tile, sizeof(tile), &w);
-  cublasLtMatmulAlgoConfigGetAttribute(&a, CUBLASLT_ALGO_CONFIG_STAGES_ID, &stages, sizeof(stages), &w);
-  cublasLtMatmulAlgoConfigGetAttribute(&a, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splitk, sizeof(splitk), &w);
-  cublasLtMatmulAlgoConfigGetAttribute(&a, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &red, sizeof(red), &w);
-  cublasLtMatmulAlgoConfigGetAttribute(&a, CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING, &swz, sizeof(swz), &w);
-  cublasLtMatmulAlgoConfigGetAttribute(&a, CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION, &custom, sizeof(custom), &w);
-  cublasLtMatmulAlgoConfigGetAttribute(&a, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, &cluster, sizeof(cluster), &w);
-  int vals[8] = {id, (int)tile, (int)stages, splitk, (int)red, (int)swz, (int)custom, (int)cluster};
+  const Config c = config_of(a);
+  int vals[8] = {c.id, (int)c.tile, (int)c.stages, c.splitk, (int)c.reduction, (int)c.swizzle, (int)c.custom,
+                 (int)c.cluster};
   std::memcpy(info, vals, sizeof(vals));
   return 0;
 }
