@@ -119,26 +119,59 @@ def test_cutlass_bf16_kernels_are_searched_only_where_the_library_holds_them(mon
         native.load.cache_clear()
 
 
-def test_the_build_knows_whether_its_cutlass_library_holds_the_bf16_kernels(tmp_path):
-    import os
+def test_the_build_knows_from_its_manifest_which_kernels_a_library_holds(tmp_path, monkeypatch):
+    from pathlib import Path
 
     from kernelrl.gemm import build as b
 
+    linked = []
+
+    def link(cmd, **kw):  # stands in for nvcc's link: writes the library it names
+        linked.append(cmd)
+        Path(cmd[cmd.index("-o") + 1]).write_bytes(b"lib")
+        return subprocess.CompletedProcess(cmd, 0)
+
+    monkeypatch.setattr(b.shutil, "which", lambda name: "/usr/bin/" + name)
+    monkeypatch.setattr(b.subprocess, "run", link)
     configs = CUTLASS_CONFIGS[:2]
     digest = b._digest(b.SOURCE)
-    for c in configs:
-        (tmp_path / f"{c.symbol}.{digest}.o").write_bytes(b"")
-    lib = tmp_path / b.LIB_NAME
-    lib.write_bytes(b"")
+    stems = [c.symbol for c in configs]
+
+    def compiled():  # the objects are there already: only the link runs
+        for stem in stems + [f"{s}_bf16" for s in stems]:
+            (tmp_path / f"{stem}.{digest}.o").write_bytes(b"")
+
+    def link_cutlass(with_bf16):
+        wanted = stems + ([f"{s}_bf16" for s in stems] if with_bf16 else [])
+        b._compile_and_link({stem: ["nvcc"] for stem in wanted}, b.SOURCE, b.LIB_NAME, tmp_path, 1, lambda _: None)
+
+    compiled()
+    assert not b.cutlass_is_current(tmp_path, configs)  # nothing linked yet
+    link_cutlass(with_bf16=False)
     assert b.cutlass_is_current(tmp_path, configs) and not b.cutlass_is_current(tmp_path, configs, bf16=True)
-    for c in configs:
-        (tmp_path / f"{c.symbol}_bf16.{digest}.o").write_bytes(b"")
-    os.utime(lib, (1, 1))  # objects newer than the library: it was linked without them
-    assert not b.cutlass_is_current(tmp_path, configs, bf16=True)
-    os.utime(lib, None)
+    link_cutlass(with_bf16=True)
+    assert b.cutlass_is_current(tmp_path, configs, bf16=True) and len(linked) == 2
+    # the library alone is enough (a machine given the library without its objects does not build again)
+    for o in tmp_path.glob("*.o"):
+        o.unlink()
     assert b.cutlass_is_current(tmp_path, configs, bf16=True)
-    (tmp_path / f"{configs[1].symbol}.{digest}.o").unlink()
+    assert not b.cutlass_is_current(tmp_path, CUTLASS_CONFIGS[:3])  # a configuration it was not linked with
+    with monkeypatch.context() as m:
+        m.setattr(b, "_digest", lambda path: "0000000000")
+        assert not b.cutlass_is_current(tmp_path, configs)  # the source changed since
+    (tmp_path / f"{b.LIB_NAME}.objects").write_text("not json")
     assert not b.cutlass_is_current(tmp_path, configs)
+
+    def failed(cmd, **kw):
+        raise subprocess.CalledProcessError(1, cmd)
+
+    compiled()
+    link_cutlass(with_bf16=False)
+    assert b.cutlass_is_current(tmp_path, configs)
+    monkeypatch.setattr(b.subprocess, "run", failed)
+    with pytest.raises(subprocess.CalledProcessError):
+        link_cutlass(with_bf16=False)
+    assert not b.cutlass_is_current(tmp_path, configs)  # a failed link leaves no manifest behind
 
 
 def test_split_k_names_round_trip_and_a_malformed_one_says_the_form():

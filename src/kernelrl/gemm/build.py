@@ -4,6 +4,7 @@ configurations and the cuBLASLt binding (run as a module it also builds the disp
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 import subprocess
@@ -76,10 +77,18 @@ def _compile_and_link(objects: dict[str, list[str] | Callable[[], list[str]]], s
 
     with ThreadPoolExecutor(jobs or max(1, os.cpu_count() or 1)) as pool:
         list(pool.map(compile_one, [stem for stem, path in paths.items() if not path.is_file()]))
-    lib = build_dir / lib_name
+    lib, manifest = build_dir / lib_name, _manifest(build_dir, lib_name)
+    manifest.unlink(missing_ok=True)  # no manifest while the library is being replaced
     subprocess.run(["nvcc", "-shared", "-o", str(lib), *map(str, paths.values())], check=True)
+    manifest.write_text(json.dumps({"source": digest, "objects": sorted(paths)}))
     log(f"linked {lib}")
     return lib
+
+
+def _manifest(build_dir: Path, lib_name: str) -> Path:
+    """What a library was linked from: its source's digest and its objects' stems (written after the link), so
+    that the library alone (without its objects) can be judged current."""
+    return build_dir / f"{lib_name}.objects"
 
 
 def build(build_dir: Path = DEFAULT_BUILD_DIR, configs=CUTLASS_CONFIGS, jobs: int | None = None,
@@ -93,11 +102,16 @@ def build(build_dir: Path = DEFAULT_BUILD_DIR, configs=CUTLASS_CONFIGS, jobs: in
 
 
 def _linked_from_current(build_dir: Path, lib_name: str, source: Path, stems: list[str]) -> bool:
-    """Whether `build_dir/lib_name` exists and was linked after every object `stem` compiled from the current
-    `source` (as `_compile_and_link` names them)."""
-    lib, digest = build_dir / lib_name, _digest(source)
-    objs = [build_dir / f"{stem}.{digest}.o" for stem in stems]
-    return lib.is_file() and all(o.is_file() and o.stat().st_mtime <= lib.stat().st_mtime for o in objs)
+    """Whether `build_dir/lib_name` exists and its manifest says it was linked from the current `source`, with
+    every object `stem` among its objects (the objects themselves need not be there)."""
+    manifest = _manifest(build_dir, lib_name)
+    if not ((build_dir / lib_name).is_file() and manifest.is_file()):
+        return False
+    try:
+        linked = json.loads(manifest.read_text())
+    except ValueError:
+        return False
+    return linked.get("source") == _digest(source) and set(stems) <= set(linked.get("objects", ()))
 
 
 def cutlass_is_current(build_dir: Path = DEFAULT_BUILD_DIR, configs=CUTLASS_CONFIGS, bf16: bool = False) -> bool:
