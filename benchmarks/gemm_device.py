@@ -7,7 +7,6 @@ Every phase resumes from the committed results, so successive calls continue whe
 from __future__ import annotations
 
 import argparse
-import csv
 import gzip
 import json
 import os
@@ -158,8 +157,8 @@ def main() -> None:
                     "--fresh-bench")
     ap.add_argument("--demote-consistent", default="", metavar="CSV,CSV,...",
                     help="send back to torch.matmul the shapes whose kernel was slower than torch.matmul in every one "
-                         "of these benchmark CSVs that ran it, at least 3 (tune.demote_consistent); implies "
-                         "--fresh-bench")
+                         "of these benchmark CSVs (plain or .csv.gz) that ran it, at least 3 "
+                         "(tune.demote_consistent); implies --fresh-bench")
     args = ap.parse_args()
     OUT.mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("TRITON_CACHE_DIR", str(ROOT / ".kernelrl-cache" / "triton"))
@@ -169,6 +168,7 @@ def main() -> None:
         smoke()
         host_overhead()
     from kernelrl.gemm.shapes import Shape, read_shapes
+    from kernelrl.gemm.report import read_rows
     from kernelrl.gemm.table import from_records, read_records
     from kernelrl.gemm.tune import (SEEDED, TuneOptions, augment, demote, demote_consistent, neighbourhood,
                                     redecide, retime, seeds_from, tune)
@@ -209,13 +209,9 @@ def main() -> None:
             unsearched = redecide(work, shapes, deadline_s=left(args.deadline) - args.bench_reserve - 30, log=log,
                                   tag=args.redecide)
         if args.demote:
-            with csv_path.open() as f:
-                log(f"demoted {demote(work, list(csv.DictReader(f)), log=log)} shapes")
+            log(f"demoted {demote(work, read_rows(csv_path), log=log)} shapes")
         if args.demote_consistent:
-            runs = []
-            for name in args.demote_consistent.split(","):
-                with Path(name).open() as f:
-                    runs.append(list(csv.DictReader(f)))
+            runs = [read_rows(Path(name)) for name in args.demote_consistent.split(",")]
             log(f"demoted {demote_consistent(work, runs, log=log)} shapes slower in all of {len(runs)} benchmarks")
     finally:
         with work.open("rb") as src, gzip.open(OUT / "gemm_tune_h200.jsonl.gz", "wb") as dst:

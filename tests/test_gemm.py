@@ -1254,6 +1254,14 @@ def test_report_names_the_dtype_the_file_measured(tmp_path):
     assert "bf16 in, fp32 accumulate" in markdown(rows)
 
 
+def test_report_reads_a_gzipped_benchmark_csv_as_the_plain_one(tmp_path):
+    plain = _csv(tmp_path)
+    packed = tmp_path / "kept.csv.gz"
+    packed.write_bytes(gzip.compress(plain.read_bytes()))
+    assert read_rows(packed) == read_rows(plain) and len(read_rows(packed)) == 3
+    assert write_report(packed, tmp_path / "a").read_text() == write_report(plain, tmp_path / "b").read_text()
+
+
 def test_report_writes_markdown_and_plots(tmp_path):
     md = write_report(_csv(tmp_path), tmp_path)
     assert md.is_file() and len(list(tmp_path.glob("*.png"))) == 2
@@ -1297,6 +1305,10 @@ def test_cli_tune_without_a_gpu_says_where_to_run_it():
 def test_cli_report_writes_the_report(tmp_path):
     r = runner.invoke(app, ["report", str(_csv(tmp_path))])
     assert r.exit_code == 0 and (tmp_path / "gemm_test_report.md").is_file()
+    packed = tmp_path / "kept_bench.csv.gz"
+    packed.write_bytes(gzip.compress(_csv(tmp_path).read_bytes()))
+    r = runner.invoke(app, ["report", str(packed), "--out-dir", str(tmp_path / "kept")])
+    assert r.exit_code == 0 and (tmp_path / "kept" / "kept_bench_report.md").is_file()
 
 
 def _info(algo, tile, cluster=0, swizzle=0):

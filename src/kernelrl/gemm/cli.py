@@ -165,16 +165,16 @@ def show(
 
 @app.command()
 def report(
-    csv_path: Path = typer.Argument(DEFAULT_CSV, help="benchmark CSV"),
+    csv_path: Path = typer.Argument(DEFAULT_CSV, help="benchmark CSV (plain or .csv.gz)"),
     out_dir: Path = typer.Option(None, help="folder for the markdown and plots (default: next to the CSV)"),
 ):
     """Write the markdown report and plots for a benchmark CSV."""
-    from kernelrl.gemm.report import write_report
+    from kernelrl.gemm.report import report_prefix, write_report
 
     if not csv_path.is_file():
         fail(f"no benchmark CSV at {csv_path}: run `kernelrl gemm bench`")
     try:
-        md = write_report(csv_path, out_dir or csv_path.parent, csv_path.stem)
+        md = write_report(csv_path, out_dir or csv_path.parent, report_prefix(csv_path))
     except (ValueError, KeyError) as e:
         fail(f"{csv_path} is not a gemm benchmark CSV ({e})")
     out.print(f"report: {md}")

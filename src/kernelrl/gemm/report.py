@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import csv
+import gzip
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,11 +14,21 @@ SIZE_CLASSES = ((0, 5), (5, 10), (10, 30), (30, 100), (100, 1000), (1000, math.i
 
 
 def read_rows(path: Path) -> list[dict]:
-    with Path(path).open() as f:
+    """The rows of a benchmark CSV, plain or gzipped (`.csv.gz`, as the kept runs under gemm_runs/ are)."""
+    path = Path(path)
+    with (gzip.open(path, "rt", newline="") if path.suffix == ".gz" else path.open(newline="")) as f:
         rows = list(csv.DictReader(f))
     if not rows:
         raise ValueError(f"{path} has no rows: run `kernelrl gemm bench` first")
     return rows
+
+
+def report_prefix(path: Path) -> str:
+    """The name a benchmark CSV's report and plots take: the file's name without `.csv` or `.csv.gz`."""
+    name = Path(path).name
+    for suffix in (".gz", ".csv"):
+        name = name.removesuffix(suffix)
+    return name
 
 
 def geomean(xs: list[float]) -> float:
