@@ -1309,6 +1309,9 @@ def test_cli_report_writes_the_report(tmp_path):
     packed.write_bytes(gzip.compress(_csv(tmp_path).read_bytes()))
     r = runner.invoke(app, ["report", str(packed), "--out-dir", str(tmp_path / "kept")])
     assert r.exit_code == 0 and (tmp_path / "kept" / "kept_bench_report.md").is_file()
+    packed.write_bytes(packed.read_bytes()[:40])  # cut short
+    r = runner.invoke(app, ["report", str(packed)])
+    assert r.exit_code != 0 and "is not a gemm benchmark CSV" in r.output
 
 
 def _info(algo, tile, cluster=0, swizzle=0):

@@ -175,7 +175,7 @@ def report(
         fail(f"no benchmark CSV at {csv_path}: run `kernelrl gemm bench`")
     try:
         md = write_report(csv_path, out_dir or csv_path.parent, report_prefix(csv_path))
-    except (ValueError, KeyError) as e:
+    except (ValueError, KeyError, OSError, EOFError) as e:  # OSError, EOFError: a damaged .csv.gz
         fail(f"{csv_path} is not a gemm benchmark CSV ({e})")
     out.print(f"report: {md}")
 
