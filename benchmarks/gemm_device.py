@@ -48,10 +48,11 @@ def build(bf16: bool = False) -> None:
         b.build_cublaslt(BUILD, log=log)
     if not b.clusterk_is_current(BUILD):
         b.build_clusterk(BUILD, jobs=16, log=log)
-    if not (BUILD / b.LIB_NAME).is_file() or (bf16 and not b.cutlass_is_current(BUILD, bf16=True)):
+    if not b.cutlass_is_current(BUILD, bf16=bf16):
         b.build(BUILD, jobs=16, bf16=bf16, log=log)
         with tarfile.open(OUT / "gemm_build.tar.gz", "w:gz") as t:  # carried back so later calls skip the build
-            t.add(BUILD / b.LIB_NAME, arcname=b.LIB_NAME)
+            for path in (BUILD / b.LIB_NAME, b.manifest_path(BUILD, b.LIB_NAME)):
+                t.add(path, arcname=path.name)
 
 
 def environment() -> dict:

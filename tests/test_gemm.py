@@ -1015,6 +1015,7 @@ def test_split_counts_are_offered_nearest_first_and_only_where_splitting_may_pay
     assert splits_may_pay(Shape(256, 512, 8192)) and splits_may_pay(Shape(2048, 2048, 1024))
     assert not splits_may_pay(Shape(256, 512, 512))  # shallow K
     assert not splits_may_pay(Shape(4096, 2048, 8192))  # more than two waves of tiles
+    assert not splits_may_pay(Shape(2048, 2048, 1024), max_outputs=1024 * 1024)  # the first search's bound
 
 
 def test_the_cublaslt_neighbourhood_visits_each_close_shape_once(tmp_path, monkeypatch):

@@ -77,7 +77,7 @@ def _compile_and_link(objects: dict[str, list[str] | Callable[[], list[str]]], s
 
     with ThreadPoolExecutor(jobs or max(1, os.cpu_count() or 1)) as pool:
         list(pool.map(compile_one, [stem for stem, path in paths.items() if not path.is_file()]))
-    lib, manifest = build_dir / lib_name, _manifest(build_dir, lib_name)
+    lib, manifest = build_dir / lib_name, manifest_path(build_dir, lib_name)
     manifest.unlink(missing_ok=True)  # no manifest while the library is being replaced
     subprocess.run(["nvcc", "-shared", "-o", str(lib), *map(str, paths.values())], check=True)
     manifest.write_text(json.dumps({"source": digest, "objects": sorted(paths)}))
@@ -85,7 +85,7 @@ def _compile_and_link(objects: dict[str, list[str] | Callable[[], list[str]]], s
     return lib
 
 
-def _manifest(build_dir: Path, lib_name: str) -> Path:
+def manifest_path(build_dir: Path, lib_name: str) -> Path:
     """What a library was linked from: its source's digest and its objects' stems (written after the link), so
     that the library alone (without its objects) can be judged current."""
     return build_dir / f"{lib_name}.objects"
@@ -104,7 +104,7 @@ def build(build_dir: Path = DEFAULT_BUILD_DIR, configs=CUTLASS_CONFIGS, jobs: in
 def _linked_from_current(build_dir: Path, lib_name: str, source: Path, stems: list[str]) -> bool:
     """Whether `build_dir/lib_name` exists and its manifest says it was linked from the current `source`, with
     every object `stem` among its objects (the objects themselves need not be there)."""
-    manifest = _manifest(build_dir, lib_name)
+    manifest = manifest_path(build_dir, lib_name)
     if not ((build_dir / lib_name).is_file() and manifest.is_file()):
         return False
     try:

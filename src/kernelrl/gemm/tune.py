@@ -92,6 +92,14 @@ def seed_names(record: dict, top: int = SEEDS_PER_SHAPE) -> list[str]:
     return names[:top]
 
 
+def splits_may_pay(s: Shape, max_outputs: int = 2048 * 2048) -> bool:
+    """Whether splitting K may pay on a shape: a deep K over an output of at most `max_outputs` elements (by
+    default about two waves of 128x128 tiles; beyond that every SM already has whole tiles to work on). The
+    first search adds split-K variants of the heuristic's best on outputs of at most 1024x1024; the
+    neighbourhood offers other split counts up to the default."""
+    return s.k >= 1024 and s.m * s.n <= max_outputs
+
+
 def candidates(s: Shape, dtype: torch.dtype, opt: TuneOptions, stats: dict | None = None,
                seeds: tuple[str, ...] = ()) -> tuple[list[str], list[str], set[str]]:
     """(all candidate names, the cuBLASLt autotune baseline's names, the names from the enumerated cuBLASLt
@@ -107,8 +115,7 @@ def candidates(s: Shape, dtype: torch.dtype, opt: TuneOptions, stats: dict | Non
         algos = cublaslt.heuristics(s.m, s.n, s.k, dtype, count=want)
         lt_names = [a.name for a in algos[:opt.lt_autotune]]
         names += [a.name for a in algos]
-        tiles_small = s.m * s.n <= 1024 * 1024 and s.k >= 1024
-        if tiles_small:
+        if splits_may_pay(s, max_outputs=1024 * 1024):
             for a in algos[:opt.lt_splitk_top]:
                 for sp in (2, 4, 8, 16):
                     v = cublaslt.with_splitk(a, s.m, s.n, s.k, sp, dtype)
@@ -397,12 +404,6 @@ def close_listed(record: dict, listed: dict[str, str], close: float = 1.03, top:
     timed = sorted((r["us"], listed[n]) for n, r in record.get("candidates", {}).items()
                    if n in listed and r.get("us"))
     return [n for us, n in timed if us <= close * timed[0][0] and n not in exclude][:top]
-
-
-def splits_may_pay(s: Shape) -> bool:
-    """Whether splitting K may pay on a shape: a deep K over an output of at most about two waves of 128x128
-    tiles (beyond that every SM already has whole tiles to work on)."""
-    return s.k >= 1024 and s.m * s.n <= 2048 * 2048
 
 
 def neighbourhood(path: Path, within: float = 1.05, per_base: int = 12, shapes: list[Shape] | None = None,

@@ -77,6 +77,15 @@ Config config_of(const cublasLtMatmulAlgo_t& a) {
   return c;
 }
 
+// Sets `a`'s split-K factor: fp32 reduction in workspace for more than one split, none for one.
+cublasStatus_t set_splits(cublasLtMatmulAlgo_t& a, int32_t splits) {
+  uint32_t scheme = splits > 1 ? CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE : CUBLASLT_REDUCTION_SCHEME_NONE;
+  cublasStatus_t st =
+      cublasLtMatmulAlgoConfigSetAttribute(&a, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splits, sizeof(splits));
+  if (st != CUBLAS_STATUS_SUCCESS) return st;
+  return cublasLtMatmulAlgoConfigSetAttribute(&a, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &scheme, sizeof(scheme));
+}
+
 // Configurations that cublasLtMatmulAlgoCheck accepts for a problem, written to the caller's arrays (64 bytes
 // each, their workspace needs and, where asked, the check's wave counts) up to `max_out`; counts every check.
 struct Checked {
@@ -151,11 +160,7 @@ int kr_lt_with_splitk(int dtype, int m, int n, int k, const void* algo, int spli
   if (!p) return -1;
   cublasLtMatmulAlgo_t a;
   std::memcpy(&a, algo, sizeof(a));
-  int32_t s = splits;
-  uint32_t scheme = splits > 1 ? CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE : CUBLASLT_REDUCTION_SCHEME_NONE;
-  cublasStatus_t st = cublasLtMatmulAlgoConfigSetAttribute(&a, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &s, sizeof(s));
-  if (st != CUBLAS_STATUS_SUCCESS) return static_cast<int>(st);
-  st = cublasLtMatmulAlgoConfigSetAttribute(&a, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &scheme, sizeof(scheme));
+  cublasStatus_t st = set_splits(a, splits);
   if (st != CUBLAS_STATUS_SUCCESS) return static_cast<int>(st);
   cublasLtMatmulHeuristicResult_t result;
   st = cublasLtMatmulAlgoCheck(g_handle, p->op, p->a, p->b, p->c, p->c, &a, &result);
@@ -294,11 +299,8 @@ int kr_lt_neighbours(int dtype, int m, int n, int k, size_t workspace_cap, const
   for (int i = 0; splitk_support && i < n_splits; ++i) {
     int32_t split = splits[i];
     if (split < 1 || split == c0.splitk) continue;
-    uint32_t scheme = split > 1 ? CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE : CUBLASLT_REDUCTION_SCHEME_NONE;
     cublasLtMatmulAlgo_t a = base;
-    cublasLtMatmulAlgoConfigSetAttribute(&a, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &split, sizeof(split));
-    cublasLtMatmulAlgoConfigSetAttribute(&a, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &scheme, sizeof(scheme));
-    out.add(a);
+    if (set_splits(a, split) == CUBLAS_STATUS_SUCCESS) out.add(a);
   }
   *count_out = out.kept;
   *checked_out = out.checked;
