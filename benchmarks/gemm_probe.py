@@ -456,6 +456,15 @@ CLUSTERK_VARIANTS = {  # label: (bm, bn, bk, stages, warps along M, warps along 
     "64x64x256_s3_tma": (64, 64, 256, 3, 4, 1, 1, 1, 1, 1, 1),
     "64x128x128_s3_tma": (64, 128, 128, 3, 4, 1, 1, 1, 1, 1, 1),
     "128x64x128_s3_tma": (128, 64, 128, 3, 8, 1, 1, 1, 1, 1, 1),
+    "64x64x64_s5_tma": (64, 64, 64, 5, 4, 1, 1, 1, 1, 1, 1),
+    # tiles smaller than 64x64 (the mma.sync loop; session 20): a block's partial tile, which the exchange moves,
+    # is a quarter or half of a 64x64 tile's, and small outputs make more tiles for the same cluster size
+    "32x32x64_s4_2x2": (32, 32, 64, 4, 2, 2, 1, 1, 0, 1),
+    "32x32x128_s3_2x2": (32, 32, 128, 3, 2, 2, 1, 1, 0, 1),
+    "32x32x64_s4_2x1": (32, 32, 64, 4, 2, 1, 1, 1, 0, 1),
+    "32x64x64_s4_2x2": (32, 64, 64, 4, 2, 2, 1, 1, 0, 1),
+    "64x32x64_s4_2x2": (64, 32, 64, 4, 2, 2, 1, 1, 0, 1),
+    "32x64x128_s3_2x2": (32, 64, 128, 3, 2, 2, 1, 1, 0, 1),
 }
 
 
@@ -490,8 +499,19 @@ CLUSTERK_VARIANTS.update({
                                                                            "128x64x64_s6_tma")
        for suffix, n in (("bulk", 1), ("nobulk", 17))},
 })
-UNCHECKED = ("_noloop", "_noreduce", "_empty", "_initonly", "_nopush", "_nosum", "_sumonly",
-             "_noloop_stasync", "_noloop_scalarsfirst", "_noloop_bulk")  # results wrong by design
+# How an owner writes C (KR_END_STORE, session 20): 16-byte stores of 8 columns (_st16), rows staged in shared
+# memory and written by bulk copies (_bulkst), and (probe only) the sums without any store (_nostore); 16-byte
+# stores after all of a thread's sums (_st16after), past L1 (_st16cg), or both (_st16aftercg). Each on its own,
+# and with the main loop, or the pushes and barriers as well, left out.
+CLUSTERK_VARIANTS.update({
+    f"{tile}{skip_suffix}_{suffix}": _with(tile, KR_END_STORE=end, **({"KR_PROBE_SKIP": skip} if skip else {}))
+    for tile in ("64x64x128_s6_tma", "128x64x64_s6_tma", "64x64x64_s8_wg")
+    for skip, skip_suffix in ((0, ""), (1, "_noloop"), (7, "_noloop_sumonly"))
+    for suffix, end in (("st16", 1), ("bulkst", 2), ("nostore", 3), ("st16after", 4), ("st16cg", 5),
+                        ("st16aftercg", 6))
+    if tile == "64x64x128_s6_tma" or (skip == 0 and end != 3)})
+UNCHECKED = ("_noloop", "_noreduce", "_empty", "_initonly", "_nopush", "_nosum", "_sumonly", "_nostore")
+# a label holding any of these gives wrong results by design
 # --clusterk-variants: the labels to build and time (all by default)
 CLUSTERK_SHAPES = [(64, 64, 2048), (64, 64, 4096), (64, 64, 16384), (128, 128, 8192), (512, 512, 4096),
                    (1024, 1024, 4096), (256, 2048, 8192)]
@@ -541,7 +561,8 @@ def add_variant(lib, label: str, splits: int, shape: tuple[int, int, int], a, b,
         entry["failed"][name] = c.reason
 
 
-def part_clusterk(res: dict, deadline: float, labels: list[str] | None = None) -> None:
+def part_clusterk(res: dict, deadline: float, labels: list[str] | None = None,
+                  shapes: list[tuple[int, int, int]] | None = None, sizes: tuple[int, ...] = (1, 2, 4, 8, 16)) -> None:
     import torch
 
     from kernelrl.gemm import check as chk
@@ -550,7 +571,7 @@ def part_clusterk(res: dict, deadline: float, labels: list[str] | None = None) -
     lib, variants = build_clusterk_variants(labels)
     out = res.setdefault("clusterk", [])
     rng = random.Random(11)
-    for m, n, k in CLUSTERK_SHAPES:
+    for m, n, k in shapes or CLUSTERK_SHAPES:
         if time.perf_counter() - T0 > deadline:
             log("clusterk: deadline")
             break
@@ -563,7 +584,7 @@ def part_clusterk(res: dict, deadline: float, labels: list[str] | None = None) -
         for label, (bm, bn, bk, *_rest) in variants.items():
             if bm > m or bn > n:
                 continue
-            for s in (1, 2, 4, 8, 16):
+            for s in sizes:
                 if k < s * bk:
                     continue
                 add_variant(lib, label, s, (m, n, k), a, b_, ref, entry, fns)
@@ -582,7 +603,8 @@ def part_clusterk(res: dict, deadline: float, labels: list[str] | None = None) -
 # is the launch's fixed cost
 FIXED_CASES = [(64, 64, 128, (1,)), (64, 64, 512, (1, 4)), (64, 64, 2048, (1, 8, 16)), (64, 64, 4096, (8, 16)),
                (128, 128, 4096, (8,)), (256, 256, 4096, (6,)), (64, 2048, 8192, (3,)), (128, 128, 2048, (5, 7)),
-               (256, 128, 4096, (2, 4))]
+               (256, 128, 4096, (2, 4)), (64, 64, 1024, (1, 4, 8)), (128, 128, 1024, (2, 4, 8)),
+               (72, 200, 1032, (1, 4, 8))]
 # every variant of the five runs in gemm_runs/probe_clusterk_fixed_*.log (each ran a subset of these, on a subset of
 # FIXED_CASES); --clusterk-variants picks some
 FIXED_LABELS = ["64x64x128_s6_tma", "64x64x128_s6_tma_prefetch", "64x64x128_s6_tma_scalarsfirst",
@@ -616,7 +638,8 @@ def part_clusterk_fixed(res: dict, deadline: float, labels: list[str] | None = N
         entry = {"m": m, "n": n, "k": k, "failed": {}}
         for label in variants:
             for s in sizes:
-                add_variant(lib, label, s, (m, n, k), a, b_, ref, entry, fns, keep_wrong=label.endswith(UNCHECKED))
+                add_variant(lib, label, s, (m, n, k), a, b_, ref, entry, fns,
+                            keep_wrong=any(u in label for u in UNCHECKED))
         del ref, a, b_
         inp = tm.Inputs(m, n, k)
         t = tm.time_graphs(fns, inp, 100, 21, rng)
@@ -1044,6 +1067,9 @@ def main() -> None:
     ap.add_argument("--tiled-max-us", type=float, default=6.0)
     ap.add_argument("--tiled-share", type=float, default=0.6, help="share of the deadline the tiled part may use")
     ap.add_argument("--clusterk-variants", default="", help="comma-separated labels of CLUSTERK_VARIANTS")
+    ap.add_argument("--clusterk-shapes", default="", help="part clusterk: comma-separated MxNxK (default: "
+                    "CLUSTERK_SHAPES)")
+    ap.add_argument("--clusterk-sizes", default="1,2,4,8,16", help="part clusterk: the cluster sizes to time")
     ap.add_argument("--ab-rev", default="ddc773c", help="the earlier revision part clusterk_ab builds from")
     ap.add_argument("--build-only", action="store_true", help="compile the cluster split-K variants (and, with "
                     "clusterk_ab in --parts, the earlier revision's) and stop")
@@ -1083,7 +1109,9 @@ def main() -> None:
         if "noise" in parts:
             part_noise(res, args.deadline)
         if "clusterk" in parts:
-            part_clusterk(res, args.deadline, [v for v in args.clusterk_variants.split(",") if v])
+            part_clusterk(res, args.deadline, [v for v in args.clusterk_variants.split(",") if v],
+                          [tuple(map(int, x.split("x"))) for x in args.clusterk_shapes.split(",") if x],
+                          tuple(int(x) for x in args.clusterk_sizes.split(",")))
         if "clusterk_ab" in parts:
             part_clusterk_ab(res, args.deadline, args.ab_rev)
         if "host" in parts:
