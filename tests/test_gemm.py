@@ -327,7 +327,7 @@ def test_cluster_split_k_names_round_trip_and_a_bad_one_says_what_is_wrong():
     for s in (3, 5, 6, 7, 9, 12, 13):  # cluster sizes that fill a wave: one cluster per tile
         assert ClusterKConfig.parse(f"clusterk:64x64x128_s6_w4_tma/c{s}").splits == s
     with pytest.raises(KeyError, match="unknown cluster split-K configuration"):
-        ClusterKConfig.parse("clusterk:32x32x64_s4_w4/c2")  # not compiled
+        ClusterKConfig.parse("clusterk:32x32x32_s4_w4/c2")  # not compiled
     with pytest.raises(KeyError, match="unknown cluster split-K configuration"):
         ClusterKConfig.parse("clusterk:64x64x64_s4_w4_wg/c2")  # this tile is compiled for mma.sync only
     wg = ClusterKConfig.parse("clusterk:64x128x64_s6_w4_wg/c8")
@@ -413,6 +413,40 @@ def test_cluster_sizes_that_fill_a_wave_are_searched_where_no_power_of_two_split
 
     names = FAMILY_CANDIDATES["clusterk"](shape, "fp16", TuneOptions())
     assert [c.name for c in clusterk_fill_candidates(shape, TuneOptions().clusterk_fill_top)] == names[-4:]
+
+
+def test_tiles_smaller_than_64x64_are_searched_on_the_smallest_outputs_as_wide_as_one_wave_allows():
+    from kernelrl.gemm.space import (CLUSTERK_SMALL_MAX_OUTPUT, CLUSTERK_SMALL_TILES, cluster_wave_blocks,
+                                     clusterk_small_candidates)
+
+    assert CLUSTERK_SMALL_TILES and all(t.with_splits(2) in CLUSTERK_TILES for t in CLUSTERK_SMALL_TILES)
+    assert all(min(t.bm, t.bn) < 64 and t.main_loop == "mma" for t in CLUSTERK_SMALL_TILES)
+    one = Shape(64, 64, 1024)  # four 32x32 tiles, two 32x64 ones
+    cands = clusterk_small_candidates(one)
+    # each tile's widest cluster first (K = 1024 holds 16 steps of 64, 8 of 128), then its second widest
+    assert [c.name for c in cands[:4]] == ["clusterk:32x32x64_s4_w4/c16", "clusterk:32x32x128_s3_w4/c8",
+                                           "clusterk:32x64x64_s4_w4/c16", "clusterk:32x64x128_s3_w4/c8"]
+    assert [c.splits for c in cands[4:8]] == [8, 4, 8, 4]
+    for shape in (one, Shape(128, 128, 1024), Shape(128, 256, 4096), Shape(64, 512, 16384)):
+        for c in clusterk_small_candidates(shape):
+            tiles = math.ceil(shape.m / c.bm) * math.ceil(shape.n / c.bn)
+            assert tiles * c.splits <= cluster_wave_blocks(c.splits) and shape.k >= c.splits * c.bk
+            assert c.with_splits(2) in CLUSTERK_SMALL_TILES and ClusterKConfig.parse(c.name) == c
+    # 16 tiles of 32x32: clusters of 8 (128 blocks) would not fit the 120 that one wave of them holds, 6 do
+    assert max(c.splits for c in clusterk_small_candidates(Shape(128, 128, 1024)) if c.bn == 32) == 6
+    assert len(clusterk_small_candidates(one, 3)) == 3 and clusterk_small_candidates(one, 0) == []
+    assert clusterk_small_candidates(Shape(256, 256, 1024)) == []  # 256 * 256 > CLUSTERK_SMALL_MAX_OUTPUT
+    assert 256 * 256 > CLUSTERK_SMALL_MAX_OUTPUT >= 128 * 256
+    assert clusterk_small_candidates(Shape(64, 64, 256)) == []  # K too shallow
+    # the other cluster split-K searches keep to their tiles
+    assert not {c.with_splits(2) for c in clusterk_candidates(one, 24)} & set(CLUSTERK_SMALL_TILES)
+    from kernelrl.gemm.tune import FAMILY_CANDIDATES, SEEDED, TuneOptions, candidates
+
+    opt = TuneOptions(lt_autotune=0, lt_extra=0)
+    names = FAMILY_CANDIDATES["clusterk-small"](one, "fp16", opt)
+    assert names == [c.name for c in clusterk_small_candidates(one, opt.clusterk_small_top)]
+    assert set(names) <= set(candidates(one, torch.float16, opt)[0])  # a full search takes them too
+    assert len(FAMILY_CANDIDATES["clusterk-small"](one, "fp16", SEEDED)) == SEEDED.clusterk_small_top
 
 
 def test_groups_that_fill_the_wave_are_searched_besides_powers_of_two():

@@ -351,7 +351,17 @@ CLUSTERK_TILES: tuple[ClusterKConfig, ...] = (
         # shallow pipelines that let two blocks share an SM, one block's trip round the loop overlapping the
         # other's tensor-core work
         (64, 64, 64, 5, 4), (64, 128, 64, 3, 4), (128, 64, 64, 3, 8)]),
+    # tiles smaller than 64x64 (below)
+    *(CLUSTERK_SMALL_TILES := (ClusterKConfig(32, 32, 64, 4, 4), ClusterKConfig(32, 32, 128, 3, 4),
+                               ClusterKConfig(32, 64, 64, 4, 4), ClusterKConfig(32, 64, 128, 3, 4))),
 )
+# Tiles smaller than 64x64 (the mma.sync loop, four warps of 16x16 or 16x32) for the smallest outputs with a deep K:
+# there a cluster's exchange moves most of each block's partial tile, and a 32x32 tile's is a quarter of a 64x64
+# one's, while the output makes four times the tiles for the same cluster size. On the H200 they took 64x64x1024
+# from 3.45 to 2.97 us and 64x64x4096 from 4.54 to 4.08 (torch.matmul 3.56 and 7.12), and lost from 256x256 up
+# (benchmarks/results/gemm_runs/probe_small_tiles.*). The search proposes them on outputs of at most
+# CLUSTERK_SMALL_MAX_OUTPUT elements (`clusterk_small_candidates`), not among the other tiles.
+CLUSTERK_SMALL_MAX_OUTPUT = 128 * 256
 # Cost-model factor of each main loop's time per K step (ranking only), from one block's time on
 # 64x64x16384 on the H200 (benchmarks/results/gemm_runs/probe_clusterk_tma*): mma.sync 435 ns per 64x64x64
 # step, wgmma fed by cp.async 245, fed by the copy engine 160 with K steps deeper than 64 (with 64-deep steps,
@@ -582,15 +592,37 @@ def _clusterk_searched(shape: Shape) -> bool:
 
 
 def _clusterk_tiles(shape: Shape, main_loops=("mma", "wg", "tma")):
-    """(tile, output tiles, cost-model loop factor) of every cluster split-K tile that fits the output."""
+    """(tile, output tiles, cost-model loop factor) of every cluster split-K tile that fits the output, but the
+    small ones (CLUSTERK_SMALL_TILES, which `clusterk_small_candidates` proposes)."""
     for cfg in CLUSTERK_TILES:
-        if (cfg.main_loop not in main_loops or cfg.bm > max(64, shape.m) or cfg.bn > max(64, shape.n)
+        if (cfg in CLUSTERK_SMALL_TILES or cfg.main_loop not in main_loops or cfg.bm > max(64, shape.m) or cfg.bn > max(64, shape.n)
                 or cfg.smem_bytes > SMEM_BYTES):
             continue
         loop_cost = CLUSTERK_LOOP_COST["wg" if cfg.main_loop == "tma" and cfg.bk == 64 else cfg.main_loop]
         if cfg.resident > 1:
             loop_cost *= CLUSTERK_SHARED_SM_COST
         yield cfg, math.ceil(shape.m / cfg.bm) * math.ceil(shape.n / cfg.bn), loop_cost
+
+
+def clusterk_small_candidates(shape: Shape, top: int = 12) -> list[ClusterKConfig]:
+    """Up to `top` cluster split-K configurations with a tile smaller than 64x64 (CLUSTERK_SMALL_TILES), for an
+    output of at most CLUSTERK_SMALL_MAX_OUTPUT elements where cluster split-K is searched at all (empty for
+    others). For each tile, the cluster sizes whose blocks fit one wave with one block per SM and whose slices
+    of K are at least one K step: the two largest powers of two, largest first, then the largest size of
+    CLUSTERK_FILL_SPLITS above them; every tile's first, then every tile's second, and so on. The probe's
+    winners split K as many ways as one wave allows, so the cost model does not rank them."""
+    if top <= 0 or not _clusterk_searched(shape) or shape.m * shape.n > CLUSTERK_SMALL_MAX_OUTPUT:
+        return []
+    per_tile = []
+    for cfg in CLUSTERK_SMALL_TILES:
+        tiles = math.ceil(shape.m / cfg.bm) * math.ceil(shape.n / cfg.bn)
+        fits = [s for s in sorted((*CLUSTERK_FILL_SPLITS, 2, 4, 8, 16))
+                if shape.k >= s * cfg.bk and tiles * s <= cluster_wave_blocks(s)]
+        pow2 = [s for s in fits if not s & (s - 1)][-2:][::-1]
+        fill = [s for s in fits if s in CLUSTERK_FILL_SPLITS and s > max(pow2, default=1)][-1:]
+        per_tile.append([cfg.with_splits(s) for s in pow2 + fill])
+    ranked = [cfg for i in range(3) for sizes in per_tile if i < len(sizes) for cfg in sizes[i:i + 1]]
+    return ranked[:top]
 
 
 def clusterk_grouped_candidates(shape: Shape, top: int = 8) -> list[ClusterKConfig]:

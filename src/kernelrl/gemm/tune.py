@@ -22,8 +22,9 @@ import torch
 from kernelrl.gemm import check as chk
 from kernelrl.gemm.registry import make_launcher
 from kernelrl.gemm.shapes import Shape
-from kernelrl.gemm.space import (clusterk_candidates, clusterk_fill_candidates, cutlass_candidates, roofline_us,
-                                 splitk_candidates, tiled_candidates, triton_candidates)
+from kernelrl.gemm.space import (clusterk_candidates, clusterk_fill_candidates, clusterk_small_candidates,
+                                 cutlass_candidates, roofline_us, splitk_candidates, tiled_candidates,
+                                 triton_candidates)
 from kernelrl.gemm.timing import Inputs, calls_for, paired_ratio_ci, time_graph, time_graphs_placed
 
 DTYPE_NAMES = {"fp16": torch.float16, "bf16": torch.bfloat16}
@@ -57,6 +58,7 @@ class TuneOptions:
     clusterk_top: int = 24  # CUDA cluster split-K configurations (few output tiles, deep K only) ...
     clusterk_grouped_top: int = 10  # ... and ones with several clusters per output tile ...
     clusterk_fill_top: int = 4  # ... and ones with a cluster size other than a power of two that fills a wave
+    clusterk_small_top: int = 12  # ... and ones with a tile smaller than 64x64 (the smallest outputs only)
     cutlass_top: int = 10
     finalists: int = 3  # re-timed against the baselines, interleaved
     margin: float = 0.005  # a kernel must beat torch.matmul by this fraction to replace it (medians) ...
@@ -75,7 +77,7 @@ def estimate_torch_us(s: Shape) -> float:
 # cuBLASLt baselines in full, each other family's few best by the cost model, no enumerated cuBLASLt space and
 # no Triton split-K (it won no fp16 shape); the seeds carry what the full search found for the same shape.
 SEEDED = TuneOptions(lt_enum_top=0, splitk_top=0, triton_top=2, tiled_top=6, clusterk_top=6,
-                     clusterk_grouped_top=2, cutlass_top=4)
+                     clusterk_grouped_top=2, clusterk_small_top=4, cutlass_top=4)
 SEEDS_PER_SHAPE = 4  # a seeding record's winner plus its fastest few other launchable candidates
 
 
@@ -295,6 +297,7 @@ FAMILY_CANDIDATES = {
     "clusterk": lambda s, dtype, opt: [c.name for c in clusterk_candidates(s, opt.clusterk_top,
                                                                           opt.clusterk_grouped_top)
                                        + clusterk_fill_candidates(s, opt.clusterk_fill_top)],
+    "clusterk-small": lambda s, dtype, opt: [c.name for c in clusterk_small_candidates(s, opt.clusterk_small_top)],
     # bf16 CUTLASS kernels are built only on request (`kernelrl gemm build --bf16`)
     "cutlass": lambda s, dtype, opt: ([v.name for v in cutlass_candidates(s, opt.cutlass_top)]
                                       if dtype == "fp16" or _cutlass_has_bf16() else []),

@@ -221,16 +221,16 @@ __device__ __forceinline__ Share block_share(const cg::cluster_group& cluster, i
 // KR_END_STORE (one cluster per tile): how an owner writes its rows' sums to C. 0: each thread sums 4 columns
 // and stores them (8 bytes); 1: 8 columns, one 16-byte store; 2: the rounded sums are staged in this block's
 // shared memory and the copy engine writes each row (a bulk copy, shared to global; rows past M are not
-// copied); 3 (probe only, wrong results): the sums are computed and nothing is stored; 4: as 1, but every sum of
-// the thread first (in registers), then its stores back to back; 5: as 1, stores past L1 (st.global.cg); 6: 4
-// and 5 together.
+// copied); 3 (probe only, wrong results): the sums are computed and nothing is stored. On the H200 the stores
+// cost 0.3-0.6 us whichever way they are made (1 saved 0.05-0.4 us in clusters of up to 7 blocks and lost up to
+// 0.2 us in clusters of 8 and 16, 2 lost everywhere; also tried and no better than 1, at commit 1a468ca: every
+// sum first and the stores back to back, stores past L1): benchmarks/results/gemm_h200_findings.md, session 20.
 #ifndef KR_END_STORE
 #define KR_END_STORE 0
 #endif
 
-// Eight fp32 values rounded to T and stored as one 16-byte write (to global or shared memory; with kGlobalOnly, to
-// global memory past L1).
-template <typename T, bool kGlobalOnly = false>
+// Eight fp32 values rounded to T and stored as one 16-byte write (to global or shared memory).
+template <typename T>
 __device__ __forceinline__ void store8(T* dst, float4 lo, float4 hi) {
   using T2 = std::conditional_t<std::is_same_v<T, __half>, __half2, __nv_bfloat162>;
   T2 q[4];
@@ -245,11 +245,7 @@ __device__ __forceinline__ void store8(T* dst, float4 lo, float4 hi) {
     q[2] = __floats2bfloat162_rn(hi.x, hi.y);
     q[3] = __floats2bfloat162_rn(hi.z, hi.w);
   }
-  if constexpr (kGlobalOnly) {
-    __stcg(reinterpret_cast<uint4*>(dst), *reinterpret_cast<const uint4*>(q));  // st.global.cg: past L1
-  } else {
-    *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(q);
-  }
+  *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(q);
 }
 
 __device__ __forceinline__ void add4(float4& sum, const float* p) {
@@ -268,37 +264,6 @@ __device__ __forceinline__ void sum_and_store(const float* recv, int rows_per, i
   static_assert(BN % 8 == 0, "8 columns per step");
   const int splits = sh.splits, m0 = sh.m0, n0 = sh.n0, row0 = sh.rank * rows_per;
   const int n8 = own * BN / 8;
-  if constexpr (KR_END_STORE >= 4) {
-    constexpr int kSteps = (BM * BN / 8 + kThreads - 1) / kThreads;  // the most groups a thread takes
-    constexpr bool kCg = KR_END_STORE >= 5;
-    float4 lo[kSteps], hi[kSteps];
-#pragma unroll
-    for (int j = 0; j < kSteps; ++j) {
-      const int g = tid + j * kThreads;
-      const int rr = g / (BN / 8), c = (g % (BN / 8)) * 8;
-      lo[j] = make_float4(0.f, 0.f, 0.f, 0.f);
-      hi[j] = lo[j];
-      for (int s = 0; g < n8 && s < splits; ++s) {
-        const float* p = recv + (s * rows_per + rr) * kRStride + c;
-        add4(lo[j], p);
-        add4(hi[j], p + 4);
-      }
-      if constexpr (KR_END_STORE == 5) {  // each store as soon as its sum is done
-        if (g < n8 && m0 + row0 + rr < M && n0 + c < N)
-          store8<T, true>(C + size_t(m0 + row0 + rr) * N + n0 + c, lo[j], hi[j]);
-      }
-    }
-    if constexpr (KR_END_STORE != 5) {
-#pragma unroll
-      for (int j = 0; j < kSteps; ++j) {
-        const int g = tid + j * kThreads;
-        const int rr = g / (BN / 8), c = (g % (BN / 8)) * 8;
-        if (g < n8 && m0 + row0 + rr < M && n0 + c < N)
-          store8<T, kCg>(C + size_t(m0 + row0 + rr) * N + n0 + c, lo[j], hi[j]);
-      }
-    }
-    return;
-  }
   for (int g = tid; g < n8; g += kThreads) {
     const int rr = g / (BN / 8), c = (g % (BN / 8)) * 8;
     float4 lo = make_float4(0.f, 0.f, 0.f, 0.f), hi = lo;
