@@ -418,6 +418,7 @@ def test_cluster_sizes_that_fill_a_wave_are_searched_where_no_power_of_two_split
 def test_tiles_smaller_than_64x64_are_searched_on_the_smallest_outputs_as_wide_as_one_wave_allows():
     from kernelrl.gemm.space import (CLUSTERK_SMALL_MAX_OUTPUT, CLUSTERK_SMALL_TILES, cluster_wave_blocks,
                                      clusterk_small_candidates)
+    from kernelrl.gemm.tune import FAMILY_CANDIDATES, SEEDED, TuneOptions, candidates
 
     assert CLUSTERK_SMALL_TILES and all(t.with_splits(2) in CLUSTERK_TILES for t in CLUSTERK_SMALL_TILES)
     assert all(min(t.bm, t.bn) < 64 and t.main_loop == "mma" for t in CLUSTERK_SMALL_TILES)
@@ -427,21 +428,27 @@ def test_tiles_smaller_than_64x64_are_searched_on_the_smallest_outputs_as_wide_a
     assert [c.name for c in cands[:4]] == ["clusterk:32x32x64_s4_w4/c16", "clusterk:32x32x128_s3_w4/c8",
                                            "clusterk:32x64x64_s4_w4/c16", "clusterk:32x64x128_s3_w4/c8"]
     assert [c.splits for c in cands[4:8]] == [8, 4, 8, 4]
-    for shape in (one, Shape(128, 128, 1024), Shape(128, 256, 4096), Shape(64, 512, 16384)):
+    assert all(c.groups == 1 for c in cands[:8])  # then several clusters per tile, where K is deep enough
+    assert [c.name for c in cands[8:]] == ["clusterk:32x32x64_s4_w4/c8g2", "clusterk:32x64x64_s4_w4/c8g2"]
+    for shape in (one, Shape(128, 128, 1024), Shape(128, 256, 4096), Shape(64, 512, 16384), Shape(64, 64, 16384)):
         for c in clusterk_small_candidates(shape):
             tiles = math.ceil(shape.m / c.bm) * math.ceil(shape.n / c.bn)
-            assert tiles * c.splits <= cluster_wave_blocks(c.splits) and shape.k >= c.splits * c.bk
+            # one wave, counted with the blocks an SM holds (several of these small tiles), every slice a K step
+            assert tiles * c.splits * c.groups <= cluster_wave_blocks(c.splits, c.resident)
+            assert shape.k >= c.splits * c.groups * c.bk and (c.groups == 1 or c.splits in (8, 16))
             assert c.with_splits(2) in CLUSTERK_SMALL_TILES and ClusterKConfig.parse(c.name) == c
-    # 16 tiles of 32x32: clusters of 8 (128 blocks) would not fit the 120 that one wave of them holds, 6 do
-    assert max(c.splits for c in clusterk_small_candidates(Shape(128, 128, 1024)) if c.bn == 32) == 6
+    deep = [c.name.split(":")[1] for c in clusterk_small_candidates(Shape(64, 64, 16384))]
+    # the group count that fills the wave, then 2: 4 tiles of 32x32 x 8 blocks x 19 = 608 of the 616 it holds
+    assert {"32x32x64_s4_w4/c8g19", "32x32x64_s4_w4/c8g2", "32x32x64_s4_w4/c16g8"} <= set(deep)
+    assert len(deep) == 16 == TuneOptions().clusterk_small_top
+    # the blocks per wave of the small tiles, measured (three and five blocks per SM)
+    assert cluster_wave_blocks(8, 5) == 616 and cluster_wave_blocks(16, 3) == 336
     assert len(clusterk_small_candidates(one, 3)) == 3 and clusterk_small_candidates(one, 0) == []
     assert clusterk_small_candidates(Shape(256, 256, 1024)) == []  # 256 * 256 > CLUSTERK_SMALL_MAX_OUTPUT
     assert 256 * 256 > CLUSTERK_SMALL_MAX_OUTPUT >= 128 * 256
     assert clusterk_small_candidates(Shape(64, 64, 256)) == []  # K too shallow
     # the other cluster split-K searches keep to their tiles
     assert not {c.with_splits(2) for c in clusterk_candidates(one, 24)} & set(CLUSTERK_SMALL_TILES)
-    from kernelrl.gemm.tune import FAMILY_CANDIDATES, SEEDED, TuneOptions, candidates
-
     opt = TuneOptions(lt_autotune=0, lt_extra=0)
     names = FAMILY_CANDIDATES["clusterk-small"](one, "fp16", opt)
     assert names == [c.name for c in clusterk_small_candidates(one, opt.clusterk_small_top)]

@@ -18,11 +18,12 @@ SPLITS = (2, 4, 8, 16)
 FILL = (3, 5, 6, 7, 9, 10, 11, 12, 13)  # cluster sizes that do not divide the tile's rows: each owns ceil(BM / splits)
 
 
-# (tile, cluster size, clusters per tile): both wgmma main loops, clusters of 2 to 16, 2 to 32 groups, and
-# group counts that are not powers of two (uneven slices of K; the search proposes those that fill a wave)
+# (tile, cluster size, clusters per tile): every main loop, clusters of 2 to 16, 2 to 32 groups, and group
+# counts that are not powers of two (uneven slices of K; the search proposes those that fill a wave)
 GROUPED = [("64x64x128_s6_w4_tma", 8, 4), ("64x64x64_s8_w4_wg", 4, 8), ("64x128x64_s3_w4_tma", 2, 16),
            ("128x64x128_s3_w8_tma", 16, 2), ("64x64x128_s4_w4_tma", 4, 32), ("64x64x128_s4_w4_tma", 8, 15),
-           ("64x64x64_s8_w4_wg", 4, 7)]
+           ("64x64x64_s8_w4_wg", 4, 7), ("32x32x64_s4_w4", 8, 19), ("32x32x128_s3_w4", 16, 5),
+           ("32x64x64_s4_w4", 8, 2)]
 NAMES = ([tile.with_splits(s).name for tile in CLUSTERK_TILES for s in SPLITS + FILL]
          + [f"clusterk:{tile}/c{s}g{g}" for tile, s, g in GROUPED])
 
@@ -60,7 +61,8 @@ MAIN_LOOPS = pytest.mark.parametrize("tile", ["64x64x64_s4_w4", "64x64x64_s8_w4_
 
 @hopper
 @pytest.mark.parametrize("name", ["64x64x64_s4_w4/c16", "64x64x64_s8_w4_wg/c16", "64x64x128_s6_w4_tma/c16",
-                                  "64x64x128_s6_w4_tma/c4g8", "64x64x64_s4_w4/c7", "128x64x64_s3_w8_tma/c6"])
+                                  "64x64x128_s6_w4_tma/c4g8", "64x64x64_s4_w4/c7", "128x64x64_s3_w8_tma/c6",
+                                  "32x32x64_s4_w4/c16", "32x32x128_s3_w4/c8g4"])
 def test_results_are_the_same_bits_on_every_run(name):
     # the reduction order is fixed; with groups, whichever cluster of a tile arrives last adds the groups' sums,
     # always in group order

@@ -392,7 +392,15 @@ CLUSTER_WAVE_BLOCKS = {(2, 1): 132, (4, 1): 120, (8, 1): 120, (16, 1): 112,
                        (3, 1): 117, (5, 1): 110, (6, 1): 102, (7, 1): 105,
                        (9, 1): 81, (10, 1): 70, (11, 1): 77, (12, 1): 84, (13, 1): 91,
                        (3, 2): 237, (5, 2): 235, (6, 2): 234, (7, 2): 224,
-                       (9, 2): 207, (10, 2): 210, (11, 2): 176, (12, 2): 192, (13, 2): 182}
+                       (9, 2): 207, (10, 2): 210, (11, 2): 176, (12, 2): 192, (13, 2): 182,
+                       # the tiles smaller than 64x64 (session 20, gemm_runs/cluster_capacity_small.txt): three
+                       # blocks per SM (32x32x128_s3, 32x64x64_s4) and five (32x32x64_s4)
+                       **{(s, 3): s * n for s, n in ((2, 198), (3, 124), (4, 92), (5, 69), (6, 62), (7, 47),
+                                                     (8, 45), (9, 37), (10, 30), (11, 28), (12, 28), (13, 23),
+                                                     (16, 21))},
+                       **{(s, 5): s * n for s, n in ((2, 330), (3, 203), (4, 154), (5, 124), (6, 101), (7, 84),
+                                                     (8, 77), (9, 60), (10, 58), (11, 51), (12, 44), (13, 42),
+                                                     (16, 35))}}
 
 
 def cluster_wave_blocks(cluster: int, resident: int = 1) -> int:
@@ -604,25 +612,30 @@ def _clusterk_tiles(shape: Shape, main_loops=("mma", "wg", "tma")):
         yield cfg, math.ceil(shape.m / cfg.bm) * math.ceil(shape.n / cfg.bn), loop_cost
 
 
-def clusterk_small_candidates(shape: Shape, top: int = 12) -> list[ClusterKConfig]:
+def clusterk_small_candidates(shape: Shape, top: int = 16) -> list[ClusterKConfig]:
     """Up to `top` cluster split-K configurations with a tile smaller than 64x64 (CLUSTERK_SMALL_TILES), for an
     output of at most CLUSTERK_SMALL_MAX_OUTPUT elements where cluster split-K is searched at all (empty for
-    others). For each tile, the cluster sizes whose blocks fit one wave with one block per SM and whose slices
-    of K are at least one K step: the two largest powers of two, largest first, then the largest size of
-    CLUSTERK_FILL_SPLITS above them; every tile's first, then every tile's second, and so on. The probe's
-    winners split K as many ways as one wave allows, so the cost model does not rank them."""
+    others). For each tile, the cluster sizes whose blocks fit one wave (`cluster_wave_blocks`, with the blocks
+    one SM holds) and whose slices of K are at least one K step: the two largest powers of two, largest first,
+    then the largest size of CLUSTERK_FILL_SPLITS above them; every tile's first, then every tile's second, and
+    so on. Then, where K is deep enough, clusters of 16 and of 8 with several per tile: the count that fills the
+    wave, then 2. The probe's winners split K as many ways as one wave allows, so the cost model does not rank
+    them."""
     if top <= 0 or not _clusterk_searched(shape) or shape.m * shape.n > CLUSTERK_SMALL_MAX_OUTPUT:
         return []
-    per_tile = []
+    per_tile, grouped = [], []
     for cfg in CLUSTERK_SMALL_TILES:
         tiles = math.ceil(shape.m / cfg.bm) * math.ceil(shape.n / cfg.bn)
         fits = [s for s in sorted((*CLUSTERK_FILL_SPLITS, 2, 4, 8, 16))
-                if shape.k >= s * cfg.bk and tiles * s <= cluster_wave_blocks(s)]
+                if shape.k >= s * cfg.bk and tiles * s <= cluster_wave_blocks(s, cfg.resident)]
         pow2 = [s for s in fits if not s & (s - 1)][-2:][::-1]
         fill = [s for s in fits if s in CLUSTERK_FILL_SPLITS and s > max(pow2, default=1)][-1:]
         per_tile.append([cfg.with_splits(s) for s in pow2 + fill])
+        for s in (16, 8):
+            counts = _group_counts(tiles * s, cluster_wave_blocks(s, cfg.resident), shape.k // (s * cfg.bk))
+            grouped += [cfg.with_splits(s, g) for g in dict.fromkeys(counts[-1:] + counts[:1])]
     ranked = [cfg for i in range(3) for sizes in per_tile if i < len(sizes) for cfg in sizes[i:i + 1]]
-    return ranked[:top]
+    return (ranked + grouped)[:top]
 
 
 def clusterk_grouped_candidates(shape: Shape, top: int = 8) -> list[ClusterKConfig]:
