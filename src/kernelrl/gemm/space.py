@@ -603,8 +603,8 @@ def _clusterk_tiles(shape: Shape, main_loops=("mma", "wg", "tma")):
     """(tile, output tiles, cost-model loop factor) of every cluster split-K tile that fits the output, but the
     small ones (CLUSTERK_SMALL_TILES, which `clusterk_small_candidates` proposes)."""
     for cfg in CLUSTERK_TILES:
-        if (cfg in CLUSTERK_SMALL_TILES or cfg.main_loop not in main_loops or cfg.bm > max(64, shape.m) or cfg.bn > max(64, shape.n)
-                or cfg.smem_bytes > SMEM_BYTES):
+        if (cfg in CLUSTERK_SMALL_TILES or cfg.main_loop not in main_loops or cfg.bm > max(64, shape.m)
+                or cfg.bn > max(64, shape.n) or cfg.smem_bytes > SMEM_BYTES):
             continue
         loop_cost = CLUSTERK_LOOP_COST["wg" if cfg.main_loop == "tma" and cfg.bk == 64 else cfg.main_loop]
         if cfg.resident > 1:
