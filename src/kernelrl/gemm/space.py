@@ -335,6 +335,17 @@ TILED_CONFIGS: tuple[TiledConfig, ...] = tuple(
 # shapes), and lost on the larger ones (benchmarks/results/gemm_h200_findings.md).
 TILED_SEARCH_MAX_EST_US = 4.0
 
+# Tiles smaller than 64x64 (the mma.sync loop, four warps of 16x16 or 16x32) for the smallest outputs with a deep K:
+# there a cluster's exchange moves most of each block's partial tile, and a 32x32 tile's is a quarter of a 64x64
+# one's, while the output makes four times the tiles for the same cluster size. On the H200 they took 64x64x1024
+# from 3.45 to 2.97 us and 64x64x4096 from 4.54 to 4.08 (torch.matmul 3.56 and 7.12), and lost from 256x256 up
+# (benchmarks/results/gemm_runs/probe_small_tiles.*). The search proposes them on outputs of at most
+# CLUSTERK_SMALL_MAX_OUTPUT elements (`clusterk_small_candidates`), not among the other tiles; they are
+# compiled with them (CLUSTERK_TILES).
+CLUSTERK_SMALL_TILES: tuple[ClusterKConfig, ...] = (
+    ClusterKConfig(32, 32, 64, 4, 4), ClusterKConfig(32, 32, 128, 3, 4), ClusterKConfig(32, 64, 64, 4, 4),
+    ClusterKConfig(32, 64, 128, 3, 4))
+CLUSTERK_SMALL_MAX_OUTPUT = 128 * 256
 # The cluster split-K tiles (compiled configurations); the split is the cluster size, chosen at run time.
 CLUSTERK_TILES: tuple[ClusterKConfig, ...] = (
     ClusterKConfig(64, 64, 64, 4, 4), ClusterKConfig(64, 64, 128, 3, 4), ClusterKConfig(64, 128, 64, 4, 4),
@@ -351,17 +362,8 @@ CLUSTERK_TILES: tuple[ClusterKConfig, ...] = (
         # shallow pipelines that let two blocks share an SM, one block's trip round the loop overlapping the
         # other's tensor-core work
         (64, 64, 64, 5, 4), (64, 128, 64, 3, 4), (128, 64, 64, 3, 8)]),
-    # tiles smaller than 64x64 (below)
-    *(CLUSTERK_SMALL_TILES := (ClusterKConfig(32, 32, 64, 4, 4), ClusterKConfig(32, 32, 128, 3, 4),
-                               ClusterKConfig(32, 64, 64, 4, 4), ClusterKConfig(32, 64, 128, 3, 4))),
+    *CLUSTERK_SMALL_TILES,
 )
-# Tiles smaller than 64x64 (the mma.sync loop, four warps of 16x16 or 16x32) for the smallest outputs with a deep K:
-# there a cluster's exchange moves most of each block's partial tile, and a 32x32 tile's is a quarter of a 64x64
-# one's, while the output makes four times the tiles for the same cluster size. On the H200 they took 64x64x1024
-# from 3.45 to 2.97 us and 64x64x4096 from 4.54 to 4.08 (torch.matmul 3.56 and 7.12), and lost from 256x256 up
-# (benchmarks/results/gemm_runs/probe_small_tiles.*). The search proposes them on outputs of at most
-# CLUSTERK_SMALL_MAX_OUTPUT elements (`clusterk_small_candidates`), not among the other tiles.
-CLUSTERK_SMALL_MAX_OUTPUT = 128 * 256
 # Cost-model factor of each main loop's time per K step (ranking only), from one block's time on
 # 64x64x16384 on the H200 (benchmarks/results/gemm_runs/probe_clusterk_tma*): mma.sync 435 ns per 64x64x64
 # step, wgmma fed by cp.async 245, fed by the copy engine 160 with K steps deeper than 64 (with 64-deep steps,
@@ -634,7 +636,7 @@ def clusterk_small_candidates(shape: Shape, top: int = 16) -> list[ClusterKConfi
         for s in (16, 8):
             counts = _group_counts(tiles * s, cluster_wave_blocks(s, cfg.resident), shape.k // (s * cfg.bk))
             grouped += [cfg.with_splits(s, g) for g in dict.fromkeys(counts[-1:] + counts[:1])]
-    ranked = [cfg for i in range(3) for sizes in per_tile if i < len(sizes) for cfg in sizes[i:i + 1]]
+    ranked = [sizes[i] for i in range(3) for sizes in per_tile if i < len(sizes)]  # every tile's first, ...
     return (ranked + grouped)[:top]
 
 

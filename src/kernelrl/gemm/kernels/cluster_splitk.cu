@@ -219,17 +219,19 @@ __device__ __forceinline__ Share block_share(const cg::cluster_group& cluster, i
 }
 
 // KR_END_STORE (one cluster per tile): how an owner writes its rows' sums to C. 0: each thread sums 4 columns
-// and stores them (8 bytes); 1: 8 columns, one 16-byte store; 2: the rounded sums are staged in this block's
-// shared memory and the copy engine writes each row (a bulk copy, shared to global; rows past M are not
-// copied); 3 (probe only, wrong results): the sums are computed and nothing is stored. On the H200 the stores
-// cost 0.3-0.6 us whichever way they are made (1 saved 0.05-0.4 us in clusters of up to 7 blocks and lost up to
-// 0.2 us in clusters of 8 and 16, 2 lost everywhere; also tried and no better than 1, at commit 1a468ca: every
-// sum first and the stores back to back, stores past L1): benchmarks/results/gemm_h200_findings.md, session 20.
+// and stores them (8 bytes); 1: 8 columns, one 16-byte store; 3 (probe only, wrong results): the sums are
+// computed and nothing is stored. On the H200 the stores cost 0.2-0.7 us in clusters whichever way they are made:
+// 1 saved up to 0.26 us in clusters of up to 7 blocks and lost up to 0.19 us in clusters of 8 and 16. Tried at
+// commit 1a468ca and no better (2 there: rows staged in shared memory and written by bulk copies, slower
+// everywhere; every sum first and the stores back to back; stores past L1): gemm_h200_findings.md, session 20.
 #ifndef KR_END_STORE
 #define KR_END_STORE 0
 #endif
+#if KR_END_STORE != 0 && KR_END_STORE != 1 && KR_END_STORE != 3
+#error "KR_END_STORE is 0, 1 or 3"
+#endif
 
-// Eight fp32 values rounded to T and stored as one 16-byte write (to global or shared memory).
+// Eight fp32 values rounded to T and stored as one 16-byte write.
 template <typename T>
 __device__ __forceinline__ void store8(T* dst, float4 lo, float4 hi) {
   using T2 = std::conditional_t<std::is_same_v<T, __half>, __half2, __nv_bfloat162>;
@@ -256,11 +258,11 @@ __device__ __forceinline__ void add4(float4& sum, const float* p) {
   sum.w += v.w;
 }
 
-// The one-cluster-per-tile end of sum_own_rows for KR_END_STORE 1 to 3: the owned rows' sums over the slots, 8
+// The one-cluster-per-tile end of sum_own_rows for KR_END_STORE 1 and 3: the owned rows' sums over the slots, 8
 // columns per thread and step, in slot order.
 template <typename T, int BM, int BN, int kThreads, int kRStride>
 __device__ __forceinline__ void sum_and_store(const float* recv, int rows_per, int own, const Share& sh, T* C, int M,
-                                              int N, int tid, T* stage) {
+                                              int N, int tid) {
   static_assert(BN % 8 == 0, "8 columns per step");
   const int splits = sh.splits, m0 = sh.m0, n0 = sh.n0, row0 = sh.rank * rows_per;
   const int n8 = own * BN / 8;
@@ -274,45 +276,28 @@ __device__ __forceinline__ void sum_and_store(const float* recv, int rows_per, i
     }
     if constexpr (KR_END_STORE == 1) {
       if (m0 + row0 + rr < M && n0 + c < N) store8<T>(C + size_t(m0 + row0 + rr) * N + n0 + c, lo, hi);  // N % 8 == 0
-    } else if constexpr (KR_END_STORE == 2) {
-      store8<T>(stage + rr * BN + c, lo, hi);
     } else {
       asm volatile("" ::"f"(lo.x), "f"(lo.y), "f"(lo.z), "f"(lo.w), "f"(hi.x), "f"(hi.y), "f"(hi.z), "f"(hi.w));
-    }
-  }
-  if constexpr (KR_END_STORE == 2) {
-    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");  // the copy engine sees the staged rows
-    __syncthreads();
-    const int rr = tid;  // one thread per owned row
-    if (rr < own && m0 + row0 + rr < M && n0 < N) {
-      const uint32_t bytes = uint32_t(min(BN, N - n0)) * sizeof(T);  // N % 8 == 0: a multiple of 16
-      T* dst = C + size_t(m0 + row0 + rr) * N + n0;
-      asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;\n" ::"l"(dst),
-                   "r"(smem_addr(stage + rr * BN)), "r"(bytes)
-                   : "memory");
-      asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
-      asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");  // the row is read before the block exits
     }
   }
 }
 
 // After the partials have landed (KR_PUSH): block `rank` sums the rows it owns over the `splits` slots of its
 // receive region, in slot order (the same bits on every run). With one cluster per tile (groups == 1) it writes
-// them to C (KR_END_STORE below says how). With more, the clusters of a tile meet in global memory: each block
+// them to C (KR_END_STORE above says how). With more, the clusters of a tile meet in global memory: each block
 // stores its rows' sum in its group's slot of a workspace region (one region per tile and rank: groups x rows_per
 // x BN fp32) and counts itself in on that region's counter; the block that arrives last sums the groups' slots in
 // group order (the same bits whoever arrives last), writes C and sets the counter back to 0 for the next launch.
 // No block waits for another, so no order of scheduling can deadlock.
-// `stage` is BM x BN elements of this block's shared memory that nothing else uses any more (KR_END_STORE=2).
 template <typename T, int BM, int BN, int kThreads, int kRStride, bool kGrouped>
 __device__ __forceinline__ void sum_own_rows(const float* recv, int rows_per, const Share& sh, T* C, int M, int N,
-                                             float* ws, unsigned* counters, int tid, T* stage) {
+                                             float* ws, unsigned* counters, int tid) {
   const int splits = sh.splits, rank = sh.rank, m0 = sh.m0, n0 = sh.n0;
   // groups of 4 columns this block owns (rows_per rows, but fewer where splits does not divide BM; groups > 1
   // only with a power of two)
   const int own = rows_per * (rank + 1) <= BM ? rows_per : max(0, BM - rows_per * rank);
   if constexpr (!kGrouped && KR_END_STORE != 0) {
-    sum_and_store<T, BM, BN, kThreads, kRStride>(recv, rows_per, own, sh, C, M, N, tid, stage);
+    sum_and_store<T, BM, BN, kThreads, kRStride>(recv, rows_per, own, sh, C, M, N, tid);
     return;
   }
   const int n4 = own * BN / 4;
@@ -505,7 +490,6 @@ __global__ void __launch_bounds__(WM* WN * 32)
   // rows_per rows, one tile where splits divides BM.
   float* recv = reinterpret_cast<float*>(smem + G::kPipeBytes);
   const int rows_per = (BM + splits - 1) / splits;
-  static_assert(size_t(BM) * BN * sizeof(T) <= G::kPipeBytes, "C's rows are staged in the pipeline (KR_END_STORE=2)");
   asm volatile("barrier.cluster.wait.aligned;\n" ::: "memory");  // every block of the cluster has started
 #pragma unroll
   for (int mt = 0; mt < G::kMT; ++mt)
@@ -522,8 +506,7 @@ __global__ void __launch_bounds__(WM* WN * 32)
     }
   cluster.sync();  // every partial has landed in its owner's shared memory; nothing remote is touched after
 
-  sum_own_rows<T, BM, BN, G::kThreads, G::kRStride, kGrouped>(recv, rows_per, sh, C, M, N, ws, counters, tid,
-                                                             sA);  // the pipeline's memory is free now
+  sum_own_rows<T, BM, BN, G::kThreads, G::kRStride, kGrouped>(recv, rows_per, sh, C, M, N, ws, counters, tid);
 #else
   cp_async_wait<0>();
   __syncthreads();  // the pipeline's shared memory now holds the partial tile instead
@@ -640,10 +623,6 @@ __device__ __forceinline__ void wg_push_and_sum(const Acc& acc, const Thr& thr, 
   float* recv = reinterpret_cast<float*>(smem + G::kPipeBytes);
   const int rows_per = (BM + sh.splits - 1) / sh.splits;  // as the mma.sync kernel: the last may own fewer
   Tensor coord = thr.partition_C(make_identity_tensor(Shape<Int<BM>, Int<BN>>{}));  // (row, column) of each value
-  // KR_END_STORE=2 stages C's rows in the pipeline's memory, past the partial tile the bulk exchange keeps there
-  constexpr size_t kStageAt = kBulk ? (size_t(BM) * G::kRStride * 4 + 127) / 128 * 128 : 0;
-  static_assert(kStageAt + size_t(BM) * BN * sizeof(T) <= G::kPipeBytes, "C's rows are staged in the pipeline");
-  T* stage = reinterpret_cast<T*>(smem + kStageAt);
   asm volatile("barrier.cluster.wait.aligned;\n" ::: "memory");  // every block of the cluster has started
   if constexpr (kBulk) {
     static_assert(G::kPipeBytes >= size_t(BM) * G::kRStride * 4, "the partial tile is staged in the pipeline");
@@ -666,8 +645,7 @@ __device__ __forceinline__ void wg_push_and_sum(const Acc& acc, const Thr& thr, 
       }
     }
     recv_barrier_wait(recv_barrier<G>(smem));  // every block's partial of this block's rows has landed
-    sum_own_rows<T, BM, BN, G::kThreads, G::kRStride, kGrouped>(recv, rows_per, sh, C, M, N, ws, counters, tid,
-                                                               stage);
+    sum_own_rows<T, BM, BN, G::kThreads, G::kRStride, kGrouped>(recv, rows_per, sh, C, M, N, ws, counters, tid);
     asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");  // this block's copies are all read
     asm volatile("barrier.cluster.wait.aligned;\n" ::: "memory");
     return;
@@ -681,8 +659,7 @@ __device__ __forceinline__ void wg_push_and_sum(const Acc& acc, const Thr& thr, 
       store_async2(cluster_addr(slot, owner), acc(v), acc(v + 1), cluster_addr(bar_at, owner));
     }
     recv_barrier_wait(recv_barrier<G>(smem));  // every block's partial of this block's rows has landed
-    sum_own_rows<T, BM, BN, G::kThreads, G::kRStride, kGrouped>(recv, rows_per, sh, C, M, N, ws, counters, tid,
-                                                               stage);
+    sum_own_rows<T, BM, BN, G::kThreads, G::kRStride, kGrouped>(recv, rows_per, sh, C, M, N, ws, counters, tid);
     if constexpr (KR_ST_ASYNC == 2) {
       asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");
       asm volatile("barrier.cluster.wait.aligned;\n" ::: "memory");
@@ -699,8 +676,7 @@ __device__ __forceinline__ void wg_push_and_sum(const Acc& acc, const Thr& thr, 
   }
   if constexpr (KR_PROBE_SKIP != 7) cluster.sync();  // every partial has landed in its owner's shared memory
   if constexpr (KR_PROBE_SKIP != 6)
-    sum_own_rows<T, BM, BN, G::kThreads, G::kRStride, kGrouped>(recv, rows_per, sh, C, M, N, ws, counters, tid,
-                                                               stage);
+    sum_own_rows<T, BM, BN, G::kThreads, G::kRStride, kGrouped>(recv, rows_per, sh, C, M, N, ws, counters, tid);
 }
 
 template <typename T, int BM, int BN, int BK, int STAGES, bool kGrouped, bool kBulk>
