@@ -147,6 +147,12 @@ def test_the_build_knows_from_its_manifest_which_kernels_a_library_holds(tmp_pat
 
     compiled()
     assert not b.cutlass_is_current(tmp_path, configs)  # nothing linked yet
+    with monkeypatch.context() as m:  # objects built elsewhere link without the CUTLASS headers
+        m.setattr(b, "cutlass_include_dirs", lambda: pytest.fail("headers looked up for objects already built"))
+        b.build(tmp_path, configs, jobs=1, bf16=True, log=lambda _: None)
+    assert b.cutlass_is_current(tmp_path, configs, bf16=True) and len(linked) == 1
+    linked.clear()
+    b.manifest_path(tmp_path, b.LIB_NAME).unlink()
     link_cutlass(with_bf16=False)
     assert b.cutlass_is_current(tmp_path, configs) and not b.cutlass_is_current(tmp_path, configs, bf16=True)
     link_cutlass(with_bf16=True)

@@ -93,10 +93,12 @@ def manifest_path(build_dir: Path, lib_name: str) -> Path:
 
 def build(build_dir: Path = DEFAULT_BUILD_DIR, configs=CUTLASS_CONFIGS, jobs: int | None = None,
           bf16: bool = False, log=print) -> Path:
-    """Compile the CUTLASS `configs` (skipping objects already built from the same source) and link the
-    library."""
-    includes = cutlass_include_dirs()
-    objects = {f"{cfg.symbol}{'_bf16' if is_bf16 else ''}": nvcc_command(cfg, includes, is_bf16)
+    """Compile the CUTLASS `configs` (skipping objects already built from the same source, which are linked as
+    they are: no CUTLASS headers needed for those) and link the library."""
+    def command(cfg: CutlassConfig, is_bf16: bool) -> list[str]:
+        return nvcc_command(cfg, cutlass_include_dirs(), is_bf16)
+
+    objects = {f"{cfg.symbol}{'_bf16' if is_bf16 else ''}": partial(command, cfg, is_bf16)
                for cfg in configs for is_bf16 in ((False, True) if bf16 else (False,))}
     return _compile_and_link(objects, SOURCE, LIB_NAME, build_dir, jobs, log)
 
