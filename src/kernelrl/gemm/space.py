@@ -582,8 +582,7 @@ def clusterk_fill_candidates(shape: Shape, top: int = 4) -> list[ClusterKConfig]
         return []
     per_tile = []
     for cfg, tiles, loop_cost in _clusterk_tiles(shape, ("wg", "tma")):
-        fits = [s for s in (*CLUSTERK_FILL_SPLITS, 2, 4, 8, 16) if shape.k >= s * cfg.bk
-                and tiles * s <= cluster_wave_blocks(s, cfg.resident)]
+        fits = _one_wave_sizes(shape, cfg, tiles)
         pow2 = max((s for s in fits if not s & (s - 1)), default=1)
         scored = []
         for s in fits:
@@ -593,6 +592,14 @@ def clusterk_fill_candidates(shape: Shape, top: int = 4) -> list[ClusterKConfig]
                 scored.append((est + CLUSTERK_REDUCE_US * (s - 1) ** 0.5, cfg.with_splits(s)))
         per_tile.append(scored)
     return _firsts_then_seconds(per_tile, top)
+
+
+def _one_wave_sizes(shape: Shape, cfg: ClusterKConfig, tiles: int) -> list[int]:
+    """The cluster sizes (powers of two and CLUSTERK_FILL_SPLITS, ascending) at which `cfg`'s `tiles` output tiles,
+    one cluster each, fit one wave (`cluster_wave_blocks`, with the blocks one SM holds) and every block gets at
+    least one K step."""
+    return [s for s in sorted((*CLUSTERK_FILL_SPLITS, 2, 4, 8, 16))
+            if shape.k >= s * cfg.bk and tiles * s <= cluster_wave_blocks(s, cfg.resident)]
 
 
 def _clusterk_searched(shape: Shape) -> bool:
@@ -628,8 +635,7 @@ def clusterk_small_candidates(shape: Shape, top: int = 16) -> list[ClusterKConfi
     per_tile, grouped = [], []
     for cfg in CLUSTERK_SMALL_TILES:
         tiles = math.ceil(shape.m / cfg.bm) * math.ceil(shape.n / cfg.bn)
-        fits = [s for s in sorted((*CLUSTERK_FILL_SPLITS, 2, 4, 8, 16))
-                if shape.k >= s * cfg.bk and tiles * s <= cluster_wave_blocks(s, cfg.resident)]
+        fits = _one_wave_sizes(shape, cfg, tiles)
         pow2 = [s for s in fits if not s & (s - 1)][-2:][::-1]
         fill = [s for s in fits if s in CLUSTERK_FILL_SPLITS and s > max(pow2, default=1)][-1:]
         per_tile.append([cfg.with_splits(s) for s in pow2 + fill])
