@@ -16,7 +16,8 @@ clusterk_ab: the cluster split-K kernels of the current source against the same 
         checked, then timed interleaved with torch.matmul (and, where given, a configuration with groups).
 smallk: on the shapes with a K of at most `--smallk-max-k` (the output write dominates), the tiled kernel and
         two non-persistent tensor-map variants of it in large tiles, and the persistent TMA family, checked,
-        then timed interleaved with torch.matmul, its control and the committed dispatch.
+        then timed interleaved with torch.matmul, its control and the committed dispatch. With
+        `--smallk-kernels`, those registry kernels (CUTLASS configurations, say) instead of the Triton ones.
 host:   host time of one eager call, torch.matmul against the dispatch on each family's smallest shape, and
         of the pieces of the dispatch's hot path.
 capacity: clusters of every size (powers of two and the sizes that fill a wave) that the GPU places at once,
@@ -262,10 +263,10 @@ def smallk_shapes(min_us: float, max_k: int) -> list[tuple[int, int, int]]:
     return [(int(r["m"]), int(r["n"]), int(r["k"])) for r in rows]
 
 
-def part_smallk(res: dict, deadline: float, min_us: float, max_k: int) -> None:
+def part_smallk(res: dict, deadline: float, min_us: float, max_k: int, kernels: tuple[str, ...] = ()) -> None:
     """On the shapes with K <= max_k and torch.matmul at min_us or more: the tiled kernel and its two tensor-map
-    variants in the SMALLK tiles, the persistent TMA family's tiles, torch.matmul, its control and the
-    committed dispatch, each checked, then timed interleaved."""
+    variants in the SMALLK tiles, the persistent TMA family's tiles (or, where given, the registry `kernels`
+    instead), torch.matmul, its control and the committed dispatch, each checked, then timed interleaved."""
     import torch
 
     from kernelrl.gemm import check as chk
@@ -293,8 +294,8 @@ def part_smallk(res: dict, deadline: float, min_us: float, max_k: int) -> None:
         entry = {"m": m, "n": n, "k": k, "kernel": disp.kernel_for(m, n, k, torch.float16), "configs": {}}
         fns = {"torch": (torch.matmul, False), "torch_control": (torch.matmul, False), "kernelrl": (disp, False)}
         disp(a, b)
-        cands = {}
-        for cfg in SMALLK:
+        cands = {name: lambda name=name: make_launcher(name, m, n, k) for name in kernels}
+        for cfg in () if kernels else SMALLK:
             bm, bn, bk = cfg[:3]
             if bm > max(64, m) or bn > max(64, n) or bk > k:
                 continue
@@ -302,7 +303,7 @@ def part_smallk(res: dict, deadline: float, min_us: float, max_k: int) -> None:
             cands[f"tiled:{tag}"] = lambda cfg=cfg: tiled_launcher(cfg, m, n, k)
             cands[f"smallk_io:{tag}"] = lambda cfg=cfg: smallk_launcher("io", io, cfg, m, n, k)
             cands[f"smallk_store:{tag}"] = lambda cfg=cfg: smallk_launcher("store", store, cfg, m, n, k)
-        for tc in TRITON_CONFIGS:
+        for tc in () if kernels else TRITON_CONFIGS:
             if tc.bm <= max(64, m) and tc.bn <= max(64, n) and tc.bk <= k:
                 cands[tc.name] = lambda tc=tc: make_launcher(tc.name, m, n, k)
         check_candidates(cands, a, b, ref, entry, fns)
@@ -1075,6 +1076,8 @@ def main() -> None:
     ap.add_argument("--smallk-min-us", type=float, default=5.0, help="part smallk: shapes torch.matmul takes "
                     "at least this long on")
     ap.add_argument("--smallk-max-k", type=int, default=256, help="part smallk: shapes with K up to this")
+    ap.add_argument("--smallk-kernels", default="", help="part smallk: comma-separated registry kernel names to "
+                    "time instead of the Triton candidates")
     ap.add_argument("--summarise", metavar="JSON", help="print the summary of an earlier probe's JSON and stop")
     ap.add_argument("--once", default="", metavar="LABEL/cS@MxNxK,...", help="launch each of these cluster "
                     "split-K probe variants once (for a profiler: nothing is timed) and stop")
@@ -1118,7 +1121,8 @@ def main() -> None:
         if "capacity" in parts:
             part_capacity(res)
         if "smallk" in parts:
-            part_smallk(res, args.deadline, args.smallk_min_us, args.smallk_max_k)
+            part_smallk(res, args.deadline, args.smallk_min_us, args.smallk_max_k,
+                        tuple(x for x in args.smallk_kernels.split(",") if x))
         if "pdl" in parts:
             part_pdl(res, args.deadline)
         if "after_foreign" in parts:

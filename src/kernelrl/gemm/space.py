@@ -249,18 +249,27 @@ class CutlassConfig:
     cn: int = 1
     pingpong: bool = False
     streamk: bool = False  # stream-K tile scheduler (also does split-K and data-parallel at run time)
+    # The non-persistent kernel (one consumer warpgroup, a block per tile) with `stages` pipeline stages, so that
+    # several blocks share an SM and one's write of C overlaps another's main loop
+    basic: bool = False
+    stages: int = 0
 
     @property
     def symbol(self) -> str:
         """C identifier prefix of this configuration's exported functions."""
+        if self.basic:
+            return f"kr_ws_{self.tm}x{self.tn}x{self.tk}_c{self.cm}x{self.cn}_s{self.stages}"
         sched = "pp" if self.pingpong else "coop"
         return f"kr_{sched}_{self.tm}x{self.tn}x{self.tk}_c{self.cm}x{self.cn}_{'sk' if self.streamk else 'p'}"
 
     @property
     def macros(self) -> dict[str, int | str]:
-        return {"KR_NAME": self.symbol, "KR_TM": self.tm, "KR_TN": self.tn, "KR_TK": self.tk,
-                "KR_CM": self.cm, "KR_CN": self.cn, "KR_PINGPONG": int(self.pingpong),
-                "KR_STREAMK": int(self.streamk)}
+        macros: dict[str, int | str] = {
+            "KR_NAME": self.symbol, "KR_TM": self.tm, "KR_TN": self.tn, "KR_TK": self.tk, "KR_CM": self.cm,
+            "KR_CN": self.cn, "KR_PINGPONG": int(self.pingpong), "KR_STREAMK": int(self.streamk)}
+        if self.basic:
+            macros.update(KR_BASIC=1, KR_STAGES=self.stages)
+        return macros
 
 
 @dataclass(frozen=True)
@@ -436,6 +445,14 @@ CUTLASS_CONFIGS: tuple[CutlassConfig, ...] = (
     CutlassConfig(64, 256, 64, cm=2, pingpong=True),
     CutlassConfig(128, 256, 64, cn=2),
     CutlassConfig(256, 128, 64, cm=2),
+    # The non-persistent kernel with 4 stages (the whole K of the write-bound shapes, K <= 256) in tiles whose
+    # blocks fit two or more to an SM (90 registers a thread), so that one block's write of C overlaps another's
+    # main loop
+    CutlassConfig(128, 64, 64, basic=True, stages=4),
+    CutlassConfig(64, 128, 64, basic=True, stages=4),
+    CutlassConfig(64, 64, 64, basic=True, stages=4),
+    CutlassConfig(128, 64, 64, cm=2, basic=True, stages=4),
+    CutlassConfig(64, 128, 64, cn=2, basic=True, stages=4),
 )
 # Where the search proposes the CUTLASS family: on the H200 it won no shape whose roofline estimate is under 8 us
 # (the smallest winner's: 8.2 us; its persistent kernels' fixed cost), so the search skips those.
