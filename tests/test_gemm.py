@@ -62,6 +62,30 @@ def test_cutlass_variant_names_round_trip():
             assert CutlassVariant.parse(v.name) == v
 
 
+def test_larger_epilogue_subtiles_are_their_own_family_on_the_shapes_cutlass_is_searched_on():
+    from kernelrl.gemm.build import nvcc_command
+    from kernelrl.gemm.space import CUTLASS_EPI_CONFIGS, CutlassConfig, cutlass_epi_candidates
+    from kernelrl.gemm.tune import FAMILY_CANDIDATES, SEEDED, TuneOptions
+
+    assert CUTLASS_EPI_CONFIGS and set(CUTLASS_EPI_CONFIGS) <= set(CUTLASS_CONFIGS)
+    for c in CUTLASS_EPI_CONFIGS:
+        assert c.pingpong and c.epi_n in (64, 128) and c.tn % c.epi_n == 0
+        assert c.symbol.endswith(f"_e{c.epi_n}") and c.macros["KR_EPI_N"] == c.epi_n
+        assert f"-DKR_EPI_N={c.epi_n}" in nvcc_command(c, [])
+    # the configurations without it build as they always did: no KR_EPI_N, their names unchanged
+    plain = CutlassConfig(128, 128, 64, pingpong=True)
+    assert "KR_EPI_N" not in plain.macros and plain.symbol == "kr_pp_128x128x64_c1x1_p"
+    write_bound, small = Shape(4096, 4096, 256), Shape(256, 256, 256)
+    epi = cutlass_epi_candidates(write_bound)
+    assert [v.config for v in epi] and {v.config for v in epi} == set(CUTLASS_EPI_CONFIGS)
+    assert epi[0].config == CutlassConfig(128, 128, 64, pingpong=True, epi_n=128)
+    assert cutlass_epi_candidates(small) == [] == cutlass_candidates(small, 10)
+    # the plain CUTLASS family leaves them out, so that neither family's candidates crowd out the other's
+    assert not any(v.config.epi_n for v in cutlass_candidates(write_bound, 100))
+    assert FAMILY_CANDIDATES["cutlass-epi"](write_bound, "fp16", TuneOptions()) == [v.name for v in epi]
+    assert len(FAMILY_CANDIDATES["cutlass-epi"](write_bound, "fp16", SEEDED)) == SEEDED.cutlass_epi_top
+
+
 def test_pruning_keeps_only_the_requested_number_of_candidates():
     s = Shape(4096, 4096, 4096)
     assert len(triton_candidates(s, 3)) == 3

@@ -249,26 +249,22 @@ class CutlassConfig:
     cn: int = 1
     pingpong: bool = False
     streamk: bool = False  # stream-K tile scheduler (also does split-K and data-parallel at run time)
-    # The non-persistent kernel (one consumer warpgroup, a block per tile) with `stages` pipeline stages, so that
-    # several blocks share an SM and one's write of C overlaps another's main loop
-    basic: bool = False
-    stages: int = 0
+    epi_n: int = 0  # columns of the epilogue's subtile (0: CUTLASS's choice, 32)
 
     @property
     def symbol(self) -> str:
         """C identifier prefix of this configuration's exported functions."""
-        if self.basic:
-            return f"kr_ws_{self.tm}x{self.tn}x{self.tk}_c{self.cm}x{self.cn}_s{self.stages}"
         sched = "pp" if self.pingpong else "coop"
-        return f"kr_{sched}_{self.tm}x{self.tn}x{self.tk}_c{self.cm}x{self.cn}_{'sk' if self.streamk else 'p'}"
+        epi = f"_e{self.epi_n}" if self.epi_n else ""
+        return f"kr_{sched}_{self.tm}x{self.tn}x{self.tk}_c{self.cm}x{self.cn}_{'sk' if self.streamk else 'p'}{epi}"
 
     @property
     def macros(self) -> dict[str, int | str]:
         macros: dict[str, int | str] = {
             "KR_NAME": self.symbol, "KR_TM": self.tm, "KR_TN": self.tn, "KR_TK": self.tk, "KR_CM": self.cm,
             "KR_CN": self.cn, "KR_PINGPONG": int(self.pingpong), "KR_STREAMK": int(self.streamk)}
-        if self.basic:
-            macros.update(KR_BASIC=1, KR_STAGES=self.stages)
+        if self.epi_n:
+            macros["KR_EPI_N"] = self.epi_n
         return macros
 
 
@@ -427,6 +423,19 @@ CLUSTERK_REDUCE_US = 0.15  # cost model: one more block's partials exchanged ove
 # Cost model: the share of the loop's per-step cost left when two blocks share an SM (a guess to rank with)
 CLUSTERK_SHARED_SM_COST = 0.7
 
+# The ping-pong configurations again with an epilogue subtile of 64 x 128 (64 x 64 for the 64-column tile) instead
+# of CUTLASS's 64 x 32: a consumer writes its tile in two (or one) steps instead of eight, each waiting on the
+# copy engine's stores. On the write-bound shapes (K <= 256) 64 x 128 ran 4.9% faster than 64 x 32, geomean, in
+# the 128x128 tile (gemm_h200_findings.md, session 21). Searched as a family of their own (`cutlass-epi`).
+CUTLASS_EPI_CONFIGS: tuple[CutlassConfig, ...] = (
+    CutlassConfig(128, 128, 64, pingpong=True, epi_n=128),
+    CutlassConfig(128, 128, 64, cm=2, pingpong=True, epi_n=128),
+    CutlassConfig(128, 128, 64, cn=2, pingpong=True, epi_n=128),
+    CutlassConfig(64, 256, 64, pingpong=True, epi_n=128),
+    CutlassConfig(64, 256, 64, cm=2, pingpong=True, epi_n=128),
+    CutlassConfig(64, 128, 64, pingpong=True, epi_n=128),
+    CutlassConfig(128, 64, 64, pingpong=True, epi_n=64),
+)
 CUTLASS_CONFIGS: tuple[CutlassConfig, ...] = (
     CutlassConfig(128, 128, 64, streamk=True),
     CutlassConfig(128, 256, 64, streamk=True),
@@ -445,14 +454,7 @@ CUTLASS_CONFIGS: tuple[CutlassConfig, ...] = (
     CutlassConfig(64, 256, 64, cm=2, pingpong=True),
     CutlassConfig(128, 256, 64, cn=2),
     CutlassConfig(256, 128, 64, cm=2),
-    # The non-persistent kernel with 4 stages (the whole K of the write-bound shapes, K <= 256) in tiles whose
-    # blocks fit two or more to an SM (90 registers a thread), so that one block's write of C overlaps another's
-    # main loop
-    CutlassConfig(128, 64, 64, basic=True, stages=4),
-    CutlassConfig(64, 128, 64, basic=True, stages=4),
-    CutlassConfig(64, 64, 64, basic=True, stages=4),
-    CutlassConfig(128, 64, 64, cm=2, basic=True, stages=4),
-    CutlassConfig(64, 128, 64, cn=2, basic=True, stages=4),
+    *CUTLASS_EPI_CONFIGS,
 )
 # Where the search proposes the CUTLASS family: on the H200 it won no shape whose roofline estimate is under 8 us
 # (the smallest winner's: 8.2 us; its persistent kernels' fixed cost), so the search skips those.
@@ -511,7 +513,7 @@ def cutlass_candidates(shape: Shape, top: int = 6) -> list[CutlassVariant]:
     if roofline_us(shape) < CUTLASS_SEARCH_MIN_EST_US:
         return []
     scored: list[tuple[float, int, CutlassVariant]] = []
-    for i, cfg in enumerate(CUTLASS_CONFIGS):
+    for i, cfg in enumerate(c for c in CUTLASS_CONFIGS if not c.epi_n):
         cluster = cfg.cm * cfg.cn
         base = (estimate_us(shape, cfg.tm, cfg.tn, cluster=cluster, tiles_in_flight=2) * 0.97 if cfg.pingpong
                 else estimate_us(shape, cfg.tm, cfg.tn, cluster=cluster))
@@ -531,6 +533,16 @@ def cutlass_candidates(shape: Shape, top: int = 6) -> list[CutlassVariant]:
                 # ranked just after the same configuration without the swizzle (the model cannot tell them apart)
                 scored.append((base * 1.001, i, CutlassVariant(cfg, swizzle=4)))
     scored.sort(key=lambda t: (t[0], t[1]))
+    return [v for _, _, v in scored[:top]]
+
+
+def cutlass_epi_candidates(shape: Shape, top: int = 7) -> list[CutlassVariant]:
+    """The `top` configurations of CUTLASS_EPI_CONFIGS the cost model ranks best for `shape` (the same shapes as
+    `cutlass_candidates`), each with the scheduler's own decomposition and raster."""
+    if roofline_us(shape) < CUTLASS_SEARCH_MIN_EST_US:
+        return []
+    scored = sorted((estimate_us(shape, c.tm, c.tn, cluster=c.cm * c.cn, tiles_in_flight=2), i, CutlassVariant(c))
+                    for i, c in enumerate(CUTLASS_EPI_CONFIGS))
     return [v for _, _, v in scored[:top]]
 
 

@@ -1,11 +1,10 @@
 // One CUTLASS 3.x SM90 GEMM configuration (TMA + wgmma, warp-specialised), built once per configuration
 // with runtime M, N, K.  C (M x N, row-major) = A (M x K, row-major) * B (K x N, row-major), fp32 accumulation.
 // The configuration comes from -D macros: KR_NAME, KR_TM, KR_TN, KR_TK, KR_CM, KR_CN, KR_PINGPONG, KR_STREAMK,
-// KR_BASIC, KR_STAGES, KR_BF16.
-// KR_BASIC=1: the non-persistent warp-specialised kernel (one producer and one consumer warpgroup per block, one
-// block per output tile, no register reallocation), with KR_STAGES pipeline stages (0: as many as shared memory
-// holds). Few stages leave room for several blocks on one SM, so that one block's epilogue (its write of C) runs
-// while another's main loop does: the write-bound shapes, K of 256 or less.  Exposes a C ABI (no C++ types cross the boundary) so Python can call it through ctypes.
+// KR_EPI_N, KR_BF16.  Exposes a C ABI (no C++ types cross the boundary) so Python can call it through ctypes.
+// KR_EPI_N (0: CUTLASS's choice, 64 x 32 for ping-pong and 128 x 32 for cooperative kernels): the columns of the
+// epilogue's subtile, each written to shared memory and stored by the copy engine in turn (its rows: 64 for
+// ping-pong, 128 for cooperative kernels). Fewer, larger subtiles mean fewer waits on the stores in flight.
 #include <cuda_runtime.h>
 #include "cute/tensor.hpp"
 #include "cutlass/cutlass.h"
@@ -26,16 +25,7 @@ using RowMajor = cutlass::layout::RowMajor;
 constexpr int kAlign = 8;  // 16 bytes of 16-bit elements: TMA's alignment
 using TileShape = Shape<Int<KR_TM>, Int<KR_TN>, Int<KR_TK>>;
 using ClusterShape = Shape<Int<KR_CM>, Int<KR_CN>, _1>;
-#ifndef KR_BASIC
-#define KR_BASIC 0
-#endif
-#ifndef KR_STAGES
-#define KR_STAGES 0
-#endif
-#if KR_BASIC
-using KernelSchedule = cutlass::gemm::KernelTmaWarpSpecialized;
-using EpilogueSchedule = cutlass::epilogue::TmaWarpSpecialized;
-#elif KR_PINGPONG
+#if KR_PINGPONG
 using KernelSchedule = cutlass::gemm::KernelTmaWarpSpecializedPingpong;
 using EpilogueSchedule = cutlass::epilogue::TmaWarpSpecialized;
 #else
@@ -48,20 +38,25 @@ using Scheduler = cutlass::gemm::StreamKScheduler;
 using Scheduler = cutlass::gemm::PersistentScheduler;
 #endif
 
+#ifndef KR_EPI_N
+#define KR_EPI_N 0
+#endif
+#if KR_EPI_N
+using EpilogueTile = Shape<Int<KR_PINGPONG ? 64 : 128>, Int<KR_EPI_N>>;
+#else
+using EpilogueTile = cutlass::epilogue::collective::EpilogueTileAuto;
+#endif
+
 using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
     cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
-    cutlass::epilogue::collective::EpilogueTileAuto, float, float,
+    EpilogueTile, float, float,
     void, RowMajor, kAlign, Element, RowMajor, kAlign, EpilogueSchedule>::CollectiveOp;
 
 using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
     cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Element, RowMajor, kAlign, Element, RowMajor, kAlign, float,
     TileShape, ClusterShape,
-#if KR_STAGES > 0
-    cutlass::gemm::collective::StageCount<KR_STAGES>,
-#else
     cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(
         sizeof(typename CollectiveEpilogue::SharedStorage))>,
-#endif
     KernelSchedule>::CollectiveOp;
 
 using GemmKernel = cutlass::gemm::kernel::GemmUniversal<Shape<int, int, int, int>, CollectiveMainloop,
