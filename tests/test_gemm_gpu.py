@@ -94,6 +94,26 @@ def test_every_cutlass_configuration_and_decomposition_is_correct(dtype):
         assert res.ok, (v.name, res.reason)
 
 
+@hopper
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_larger_epilogue_subtiles_write_exactly_the_output_on_ragged_and_write_bound_shapes(dtype):
+    """The ping-pong kernels that write C in 64 x 128 subtiles: a ragged output (partial tiles and subtiles in M
+    and N), and a write-bound one (one K step per tile); the guard bands around C catch a subtile written
+    past its edge."""
+    from kernelrl.gemm.cutlass import built_for
+    from kernelrl.gemm.space import CUTLASS_EPI_CONFIGS
+
+    if not built_for(dtype):
+        pytest.skip("the CUTLASS library was built without bf16 kernels (`kernelrl gemm build --bf16`)")
+    for m, n, k in ((200, 328, 264), (1000, 2056, 64)):
+        a, b = chk.random_inputs(m, n, k, dtype)
+        ref = chk.reference(a, b)
+        for cfg in CUTLASS_EPI_CONFIGS:
+            name = CutlassVariant(cfg).name
+            res = chk.check(make_launcher(name, m, n, k, dtype), a, b, ref)
+            assert res.ok, (name, m, n, k, res.reason)
+
+
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_cublaslt_heuristic_algorithms_are_correct(dtype):
     from kernelrl.gemm import cublaslt
