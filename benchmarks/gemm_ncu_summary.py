@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 # The GEMM kernels of every family (cuBLAS's, CUTLASS's, cluster split-K, Triton's), not the fp64 reference
-GEMM = re.compile(r"^  (nvjet_|sm90_xmma_gemm_(?!f64)|void cutlass::device_kernel|void <unnamed>::cluster_splitk|"
+GEMM = re.compile(r"^  (nvjet_|sm90_xmma_gemm_(?!f64)|void (cutlass::)?device_kernel|void <unnamed>::cluster_splitk|"
                   r"tiled_|matmul_|splitk_)")
 FIELDS = {"Duration": "us", "SM Frequency": "GHz", "sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active":
           "tensor%", "Compute (SM) Throughput": "SM%", "L2 Cache Throughput": "L2%", "DRAM Throughput": "DRAM%",
@@ -23,10 +23,13 @@ ROW = re.compile(r"^\s{4}(\S.*?)\s{2,}(?:(\S+)\s+)?([\d,.]+)$")
 
 
 def short_name(name: str) -> str:
-    if name.startswith("void cutlass"):
+    if "device_kernel<" in name:  # CUTLASS (names in full, or shortened as ncu prints them under a name filter)
         sched = "pingpong" if "Pingpong" in name else "cooperative" if "Cooperative" in name else "basic"
-        dims = re.findall(r"cute::C<(\d+)>", name)[:6]
-        return f"cutlass {sched} cluster {'x'.join(dims[:2])} tile {'x'.join(dims[3:6])}"
+        c = r"(?:cute::)?C<(\d+)>"
+        dims = re.findall(c, name)[:6]
+        epi = re.search(rf"CollectiveEpilogue<.*?, (?:cute::)?tuple<{c}, {c}, {c}>, (?:cute::)?tuple<{c}, {c}>", name)
+        sub = f" epilogue {epi.group(4)}x{epi.group(5)}" if epi else ""
+        return f"cutlass {sched} cluster {'x'.join(dims[:2])} tile {'x'.join(dims[3:6])}{sub}"
     return name.split(" (")[0].split("(")[0][:70]
 
 
