@@ -36,8 +36,9 @@ def short_name(name: str) -> str:
 def launches(path: Path) -> list[dict]:
     out: list[dict] = []
     cur: dict | None = None
-    text = gzip.open(path, "rt").read() if path.suffix == ".gz" else path.read_text()
-    for line in text.splitlines():
+    with (gzip.open(path, "rt") if path.suffix == ".gz" else path.open()) as f:
+        lines = f.read().splitlines()
+    for line in lines:
         if line.startswith("  ") and not line.startswith("   "):
             cur = {"kernel": short_name(line.strip())} if GEMM.match(line) else None
             if cur is not None:
