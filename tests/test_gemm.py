@@ -129,9 +129,12 @@ def test_cutlass_bf16_kernels_are_searched_only_where_the_library_holds_them(mon
     big = Shape(8192, 8192, 8192)
     monkeypatch.setattr(tn, "_cutlass_has_bf16", lambda: False)
     assert tn.FAMILY_CANDIDATES["cutlass"](big, "bf16", tn.TuneOptions()) == []
+    assert tn.FAMILY_CANDIDATES["cutlass-epi"](big, "bf16", tn.TuneOptions()) == []
     monkeypatch.setattr(tn, "_cutlass_has_bf16", lambda: True)
     assert tn.FAMILY_CANDIDATES["cutlass"](big, "bf16", tn.TuneOptions()) == [
         v.name for v in cutlass_candidates(big, 10)]
+    assert tn.FAMILY_CANDIDATES["cutlass-epi"](big, "bf16", tn.TuneOptions()) == [
+        v.name for v in tn.cutlass_epi_candidates(big, 7)]
     monkeypatch.undo()
     from kernelrl.gemm import native
 

@@ -425,8 +425,9 @@ CLUSTERK_SHARED_SM_COST = 0.7
 
 # The ping-pong configurations again with an epilogue subtile of 64 x 128 (64 x 64 for the 64-column tile) instead
 # of CUTLASS's 64 x 32: a consumer writes its tile in one or two steps instead of four to eight, and waits less
-# often on the copy engine's stores. On the write-bound shapes (K <= 256) 64 x 128 ran 4.9% faster than 64 x 32, geomean, in
-# the 128x128 tile (gemm_h200_findings.md, session 21). Searched as a family of their own (`cutlass-epi`).
+# often on the copy engine's stores. On the write-bound shapes (K <= 256) 64 x 128 ran 4.9% faster than 64 x 32,
+# geomean, in the 128x128 tile (gemm_h200_findings.md, session 21). Searched as a family of their own
+# (`cutlass-epi`).
 CUTLASS_EPI_CONFIGS: tuple[CutlassConfig, ...] = (
     CutlassConfig(128, 128, 64, pingpong=True, epi_n=128),
     CutlassConfig(128, 128, 64, cm=2, pingpong=True, epi_n=128),

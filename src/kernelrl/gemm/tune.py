@@ -299,12 +299,15 @@ FAMILY_CANDIDATES = {
                                                                           opt.clusterk_grouped_top)
                                        + clusterk_fill_candidates(s, opt.clusterk_fill_top)],
     "clusterk-small": lambda s, dtype, opt: [c.name for c in clusterk_small_candidates(s, opt.clusterk_small_top)],
-    # bf16 CUTLASS kernels are built only on request (`kernelrl gemm build --bf16`)
-    "cutlass": lambda s, dtype, opt: ([v.name for v in cutlass_candidates(s, opt.cutlass_top)]
-                                      if dtype == "fp16" or _cutlass_has_bf16() else []),
-    "cutlass-epi": lambda s, dtype, opt: ([v.name for v in cutlass_epi_candidates(s, opt.cutlass_epi_top)]
-                                          if dtype == "fp16" or _cutlass_has_bf16() else []),
+    "cutlass": lambda s, dtype, opt: _cutlass_names(dtype, lambda: cutlass_candidates(s, opt.cutlass_top)),
+    "cutlass-epi": lambda s, dtype, opt: _cutlass_names(dtype, lambda: cutlass_epi_candidates(s, opt.cutlass_epi_top)),
 }
+
+
+def _cutlass_names(dtype: str, variants) -> list[str]:
+    """The names of `variants()` (CUTLASS variants), or none for bf16 where the library lacks its bf16 kernels:
+    those are built only on request (`kernelrl gemm build --bf16`)."""
+    return [v.name for v in variants()] if dtype == "fp16" or _cutlass_has_bf16() else []
 
 
 def _cutlass_has_bf16() -> bool:
