@@ -45,6 +45,7 @@ from __future__ import annotations
 import argparse
 import csv
 import functools
+import gzip
 import json
 import math
 import os
@@ -1020,6 +1021,15 @@ def summarise(res: dict) -> list[str]:
                      f"{math.exp(sum(d for _, d, _ in logs) / len(logs)):.3f}, of the better of the two "
                      f"{math.exp(sum(max(b, d) for b, d, _ in logs) / len(logs)):.3f}; the new one ahead by > 1% on "
                      f"{better}; best new by family {fams}")
+        ks = sorted({e["k"] for e in smallk})
+        labels = sorted({lab for e in smallk for lab in e["paired_vs_torch"]})
+        lines.append("smallk: geomean paired speedup vs torch.matmul by K, every label: "
+                     + " ".join(f"K={k}" for k in ks) + " all")
+        for lab in labels:
+            cells = [[e["paired_vs_torch"][lab] for e in smallk if lab in e["paired_vs_torch"] and e["k"] == k]
+                     for k in ks] + [[e["paired_vs_torch"][lab] for e in smallk if lab in e["paired_vs_torch"]]]
+            lines.append(f"  {lab}: " + " ".join(
+                f"{math.exp(sum(map(math.log, c)) / len(c)):.3f}" if c else "-" for c in cells))
     stats: dict[str, list[float]] = {"median of each label": [], "median of paired ratios": []}
     for e in res.get("noise", []):
         base = e["samples"]["cap0"]
@@ -1078,12 +1088,14 @@ def main() -> None:
     ap.add_argument("--smallk-max-k", type=int, default=256, help="part smallk: shapes with K up to this")
     ap.add_argument("--smallk-kernels", default="", help="part smallk: comma-separated registry kernel names to "
                     "time instead of the Triton candidates")
-    ap.add_argument("--summarise", metavar="JSON", help="print the summary of an earlier probe's JSON and stop")
+    ap.add_argument("--summarise", metavar="JSON", help="print the summary of an earlier probe's JSON (or .json.gz) "
+                    "and stop")
     ap.add_argument("--once", default="", metavar="LABEL/cS@MxNxK,...", help="launch each of these cluster "
                     "split-K probe variants once (for a profiler: nothing is timed) and stop")
     args = ap.parse_args()
     if args.summarise:
-        print("\n".join(summarise(json.loads(Path(args.summarise).read_text()))))
+        raw = Path(args.summarise).read_bytes()
+        print("\n".join(summarise(json.loads(gzip.decompress(raw) if args.summarise.endswith(".gz") else raw))))
         return
     OUT.mkdir(parents=True, exist_ok=True)
     if args.once:
