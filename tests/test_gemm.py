@@ -1,7 +1,6 @@
 """CPU specifications of kernelrl.gemm: shapes, search space and pruning, correctness gate, table, tuner
 resume, dispatch fallback, report and CLI."""
 import gzip
-import hashlib
 import json
 import math
 import shutil
@@ -87,44 +86,6 @@ def test_larger_epilogue_subtiles_are_their_own_family_on_the_shapes_cutlass_is_
     assert len(FAMILY_CANDIDATES["cutlass-epi"](write_bound, "fp16", SEEDED)) == SEEDED.cutlass_epi_top
 
 
-def test_deferred_stores_are_a_pingpong_family_of_their_own_and_rebuild_when_their_kernel_changes(tmp_path,
-                                                                                                   monkeypatch):
-    from kernelrl.gemm import build
-    from kernelrl.gemm.space import (CUTLASS_DEFER_CONFIGS, CUTLASS_EPI_CONFIGS, CutlassConfig,
-                                     cutlass_defer_candidates)
-    from kernelrl.gemm.tune import FAMILY_CANDIDATES, SEEDED, TuneOptions
-
-    assert CUTLASS_DEFER_CONFIGS and set(CUTLASS_DEFER_CONFIGS) <= set(CUTLASS_CONFIGS)
-    assert not set(CUTLASS_DEFER_CONFIGS) & set(CUTLASS_EPI_CONFIGS)
-    for c in CUTLASS_DEFER_CONFIGS:
-        assert c.pingpong and not c.streamk and c.defer
-        assert c.symbol.endswith("_d") and c.macros["KR_DEFER_STORE"] == 1
-        assert "-DKR_DEFER_STORE=1" in build.nvcc_command(c, [])
-        assert CutlassVariant.parse(CutlassVariant(c).name).config == c
-    assert not any("KR_DEFER_STORE" in c.macros for c in CUTLASS_CONFIGS if not c.defer)
-    with pytest.raises(ValueError, match="ping-pong"):
-        CutlassConfig(128, 256, 64, defer=True)
-    with pytest.raises(ValueError, match="persistent"):
-        CutlassConfig(128, 128, 64, pingpong=True, streamk=True, defer=True)
-    write_bound, small = Shape(4096, 4096, 64), Shape(256, 256, 256)
-    defer = cutlass_defer_candidates(write_bound)
-    assert {v.config for v in defer} == set(CUTLASS_DEFER_CONFIGS) and cutlass_defer_candidates(small) == []
-    assert not any(v.config.defer for v in cutlass_candidates(write_bound, 100))
-    assert FAMILY_CANDIDATES["cutlass-defer"](write_bound, "fp16", TuneOptions()) == [v.name for v in defer]
-    assert len(FAMILY_CANDIDATES["cutlass-defer"](write_bound, "fp16", SEEDED)) == SEEDED.cutlass_defer_top
-    # the kernel lives in a header the source includes: a change to it changes the source's digest (so the
-    # objects are rebuilt), while the other sources' digests stay those of their own bytes
-    assert all(f'#include "{h.name}"' in build.SOURCE.read_text() and h.is_file()
-               for h in build.SOURCE_INCLUDES[build.SOURCE])
-    header = tmp_path / "kernel.hpp"
-    header.write_text("// one")
-    monkeypatch.setitem(build.SOURCE_INCLUDES, build.SOURCE, (header,))
-    before = build._digest(build.SOURCE)
-    header.write_text("// two")
-    assert build._digest(build.SOURCE) != before
-    assert build._digest(build.CK_SOURCE) == hashlib.sha256(build.CK_SOURCE.read_bytes()).hexdigest()[:10]
-
-
 def test_pruning_keeps_only_the_requested_number_of_candidates():
     s = Shape(4096, 4096, 4096)
     assert len(triton_candidates(s, 3)) == 3
@@ -169,14 +130,11 @@ def test_cutlass_bf16_kernels_are_searched_only_where_the_library_holds_them(mon
     monkeypatch.setattr(tn, "_cutlass_has_bf16", lambda: False)
     assert tn.FAMILY_CANDIDATES["cutlass"](big, "bf16", tn.TuneOptions()) == []
     assert tn.FAMILY_CANDIDATES["cutlass-epi"](big, "bf16", tn.TuneOptions()) == []
-    assert tn.FAMILY_CANDIDATES["cutlass-defer"](big, "bf16", tn.TuneOptions()) == []
     monkeypatch.setattr(tn, "_cutlass_has_bf16", lambda: True)
     assert tn.FAMILY_CANDIDATES["cutlass"](big, "bf16", tn.TuneOptions()) == [
         v.name for v in cutlass_candidates(big, 10)]
     assert tn.FAMILY_CANDIDATES["cutlass-epi"](big, "bf16", tn.TuneOptions()) == [
         v.name for v in tn.cutlass_epi_candidates(big, 7)]
-    assert tn.FAMILY_CANDIDATES["cutlass-defer"](big, "bf16", tn.TuneOptions()) == [
-        v.name for v in tn.cutlass_defer_candidates(big, 7)]
     monkeypatch.undo()
     from kernelrl.gemm import native
 

@@ -17,8 +17,6 @@ from typing import Callable
 from kernelrl.gemm.space import CLUSTERK_TILES, CUTLASS_CONFIGS, ClusterKConfig, CutlassConfig
 
 SOURCE = Path(__file__).parent / "kernels" / "cutlass_sm90.cu"
-# Files a source includes from the project (part of its digest, so that a change to them rebuilds its objects)
-SOURCE_INCLUDES = {SOURCE: (SOURCE.parent / "cutlass_sm90_pingpong_deferred.hpp",)}
 DEFAULT_BUILD_DIR = Path(os.environ.get("KERNELRL_GEMM_BUILD", ".kernelrl-cache/gemm"))
 LIB_NAME = "libkernelrl_cutlass_sm90.so"
 LT_SOURCE = Path(__file__).parent / "kernels" / "cublaslt_binding.cu"
@@ -173,11 +171,7 @@ def cublaslt_is_current(build_dir: Path = DEFAULT_BUILD_DIR) -> bool:
 
 
 def _digest(path: Path) -> str:
-    """The digest of `path` and the project files it includes (SOURCE_INCLUDES)."""
-    h = hashlib.sha256(path.read_bytes())
-    for include in SOURCE_INCLUDES.get(path, ()):
-        h.update(include.read_bytes())
-    return h.hexdigest()[:10]
+    return hashlib.sha256(path.read_bytes()).hexdigest()[:10]
 
 
 def build_cublaslt(build_dir: Path = DEFAULT_BUILD_DIR, log=print) -> Path:

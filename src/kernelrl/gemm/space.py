@@ -250,17 +250,12 @@ class CutlassConfig:
     pingpong: bool = False
     streamk: bool = False  # stream-K tile scheduler (also does split-K and data-parallel at run time)
     epi_n: int = 0  # columns of the epilogue's subtile (0: CUTLASS's choice, 32)
-    defer: bool = False  # ping-pong only: each consumer has its own epilogue buffers and does not wait for its stores
-
-    def __post_init__(self) -> None:
-        if self.defer and not (self.pingpong and not self.streamk):
-            raise ValueError("deferred stores need a ping-pong kernel with the persistent scheduler")
 
     @property
     def symbol(self) -> str:
         """C identifier prefix of this configuration's exported functions."""
         sched = "pp" if self.pingpong else "coop"
-        epi = (f"_e{self.epi_n}" if self.epi_n else "") + ("_d" if self.defer else "")
+        epi = f"_e{self.epi_n}" if self.epi_n else ""
         return f"kr_{sched}_{self.tm}x{self.tn}x{self.tk}_c{self.cm}x{self.cn}_{'sk' if self.streamk else 'p'}{epi}"
 
     @property
@@ -270,8 +265,6 @@ class CutlassConfig:
             "KR_CN": self.cn, "KR_PINGPONG": int(self.pingpong), "KR_STREAMK": int(self.streamk)}
         if self.epi_n:
             macros["KR_EPI_N"] = self.epi_n
-        if self.defer:
-            macros["KR_DEFER_STORE"] = 1
         return macros
 
 
@@ -444,19 +437,6 @@ CUTLASS_EPI_CONFIGS: tuple[CutlassConfig, ...] = (
     CutlassConfig(64, 128, 64, pingpong=True, epi_n=128),
     CutlassConfig(128, 64, 64, pingpong=True, epi_n=64),
 )
-# Ping-pong kernels whose consumer warpgroups each have their own epilogue buffers and do not wait for a tile's
-# stores before the other's epilogue starts (kernels/cutlass_sm90_pingpong_deferred.hpp): the larger subtiles
-# above, and 128x128 with a 64 x 64 subtile (half the extra shared memory, so one more main-loop stage). Searched as
-# a family of their own (`cutlass-defer`).
-CUTLASS_DEFER_CONFIGS: tuple[CutlassConfig, ...] = (
-    CutlassConfig(128, 128, 64, pingpong=True, epi_n=128, defer=True),
-    CutlassConfig(128, 128, 64, cm=2, pingpong=True, epi_n=128, defer=True),
-    CutlassConfig(128, 128, 64, cn=2, pingpong=True, epi_n=128, defer=True),
-    CutlassConfig(128, 128, 64, pingpong=True, epi_n=64, defer=True),
-    CutlassConfig(64, 256, 64, pingpong=True, epi_n=128, defer=True),
-    CutlassConfig(64, 256, 64, cm=2, pingpong=True, epi_n=128, defer=True),
-    CutlassConfig(128, 64, 64, pingpong=True, epi_n=64, defer=True),
-)
 CUTLASS_CONFIGS: tuple[CutlassConfig, ...] = (
     CutlassConfig(128, 128, 64, streamk=True),
     CutlassConfig(128, 256, 64, streamk=True),
@@ -476,7 +456,6 @@ CUTLASS_CONFIGS: tuple[CutlassConfig, ...] = (
     CutlassConfig(128, 256, 64, cn=2),
     CutlassConfig(256, 128, 64, cm=2),
     *CUTLASS_EPI_CONFIGS,
-    *CUTLASS_DEFER_CONFIGS,
 )
 # Where the search proposes the CUTLASS family: on the H200 it won no shape whose roofline estimate is under 8 us
 # (the smallest winner's: 8.2 us; its persistent kernels' fixed cost), so the search skips those.
@@ -535,7 +514,7 @@ def cutlass_candidates(shape: Shape, top: int = 6) -> list[CutlassVariant]:
     if roofline_us(shape) < CUTLASS_SEARCH_MIN_EST_US:
         return []
     scored: list[tuple[float, int, CutlassVariant]] = []
-    for i, cfg in enumerate(c for c in CUTLASS_CONFIGS if not (c.epi_n or c.defer)):
+    for i, cfg in enumerate(c for c in CUTLASS_CONFIGS if not c.epi_n):
         cluster = cfg.cm * cfg.cn
         base = (estimate_us(shape, cfg.tm, cfg.tn, cluster=cluster, tiles_in_flight=2) * 0.97 if cfg.pingpong
                 else estimate_us(shape, cfg.tm, cfg.tn, cluster=cluster))
@@ -561,21 +540,10 @@ def cutlass_candidates(shape: Shape, top: int = 6) -> list[CutlassVariant]:
 def cutlass_epi_candidates(shape: Shape, top: int = 7) -> list[CutlassVariant]:
     """The `top` configurations of CUTLASS_EPI_CONFIGS the cost model ranks best for `shape` (the same shapes as
     `cutlass_candidates`), each with the scheduler's own decomposition and raster."""
-    return _pingpong_candidates(shape, CUTLASS_EPI_CONFIGS, top)
-
-
-def cutlass_defer_candidates(shape: Shape, top: int = 7) -> list[CutlassVariant]:
-    """The same for CUTLASS_DEFER_CONFIGS (ping-pong kernels whose consumers do not wait for their stores)."""
-    return _pingpong_candidates(shape, CUTLASS_DEFER_CONFIGS, top)
-
-
-def _pingpong_candidates(shape: Shape, configs: tuple[CutlassConfig, ...], top: int) -> list[CutlassVariant]:
-    """The `top` ping-pong `configs` the cost model ranks best for `shape`; none for shapes whose estimate is
-    under CUTLASS_SEARCH_MIN_EST_US."""
     if roofline_us(shape) < CUTLASS_SEARCH_MIN_EST_US:
         return []
     scored = sorted((estimate_us(shape, c.tm, c.tn, cluster=c.cm * c.cn, tiles_in_flight=2), i, CutlassVariant(c))
-                    for i, c in enumerate(configs))
+                    for i, c in enumerate(CUTLASS_EPI_CONFIGS))
     return [v for _, _, v in scored[:top]]
 
 

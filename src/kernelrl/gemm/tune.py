@@ -23,8 +23,8 @@ from kernelrl.gemm import check as chk
 from kernelrl.gemm.registry import make_launcher
 from kernelrl.gemm.shapes import Shape
 from kernelrl.gemm.space import (clusterk_candidates, clusterk_fill_candidates, clusterk_small_candidates,
-                                 cutlass_candidates, cutlass_defer_candidates, cutlass_epi_candidates, roofline_us,
-                                 splitk_candidates, tiled_candidates, triton_candidates)
+                                 cutlass_candidates, cutlass_epi_candidates, roofline_us, splitk_candidates,
+                                 tiled_candidates, triton_candidates)
 from kernelrl.gemm.timing import Inputs, calls_for, paired_ratio_ci, time_graph, time_graphs_placed
 
 DTYPE_NAMES = {"fp16": torch.float16, "bf16": torch.bfloat16}
@@ -61,7 +61,6 @@ class TuneOptions:
     clusterk_small_top: int = 16  # ... and ones with a tile smaller than 64x64 (the smallest outputs only)
     cutlass_top: int = 10
     cutlass_epi_top: int = 7  # ... and the ping-pong ones with the larger epilogue subtile
-    cutlass_defer_top: int = 7  # ... and the ping-pong ones whose consumers do not wait for their stores
     finalists: int = 3  # re-timed against the baselines, interleaved
     margin: float = 0.005  # a kernel must beat torch.matmul by this fraction to replace it (medians) ...
     ci_floor: float = 1.0  # ... and the low end of the 95% interval of its speedup, paired by round, reach this
@@ -79,8 +78,7 @@ def estimate_torch_us(s: Shape) -> float:
 # cuBLASLt baselines in full, each other family's few best by the cost model, no enumerated cuBLASLt space and
 # no Triton split-K (it won no fp16 shape); the seeds carry what the full search found for the same shape.
 SEEDED = TuneOptions(lt_enum_top=0, splitk_top=0, triton_top=2, tiled_top=6, clusterk_top=6,
-                     clusterk_grouped_top=2, clusterk_small_top=4, cutlass_top=4, cutlass_epi_top=3,
-                     cutlass_defer_top=3)
+                     clusterk_grouped_top=2, clusterk_small_top=4, cutlass_top=4, cutlass_epi_top=3)
 SEEDS_PER_SHAPE = 4  # a seeding record's winner plus its fastest few other launchable candidates
 
 
@@ -303,8 +301,6 @@ FAMILY_CANDIDATES = {
     "clusterk-small": lambda s, dtype, opt: [c.name for c in clusterk_small_candidates(s, opt.clusterk_small_top)],
     "cutlass": lambda s, dtype, opt: _cutlass_names(dtype, lambda: cutlass_candidates(s, opt.cutlass_top)),
     "cutlass-epi": lambda s, dtype, opt: _cutlass_names(dtype, lambda: cutlass_epi_candidates(s, opt.cutlass_epi_top)),
-    "cutlass-defer": lambda s, dtype, opt: _cutlass_names(dtype,
-                                                          lambda: cutlass_defer_candidates(s, opt.cutlass_defer_top)),
 }
 
 

@@ -1,13 +1,10 @@
 // One CUTLASS 3.x SM90 GEMM configuration (TMA + wgmma, warp-specialised), built once per configuration
 // with runtime M, N, K.  C (M x N, row-major) = A (M x K, row-major) * B (K x N, row-major), fp32 accumulation.
 // The configuration comes from -D macros: KR_NAME, KR_TM, KR_TN, KR_TK, KR_CM, KR_CN, KR_PINGPONG, KR_STREAMK,
-// KR_EPI_N, KR_DEFER_STORE, KR_BF16.  Exposes a C ABI (no C++ types cross the boundary) so Python can call it through ctypes.
+// KR_EPI_N, KR_BF16.  Exposes a C ABI (no C++ types cross the boundary) so Python can call it through ctypes.
 // KR_EPI_N (0: CUTLASS's choice, 64 x 32 for ping-pong and 128 x 32 for cooperative kernels): the columns of the
 // epilogue's subtile, each written to shared memory and stored by the copy engine in turn (its rows: 64 for
 // ping-pong, 128 for cooperative kernels). Fewer, larger subtiles mean fewer waits on the stores in flight.
-// KR_DEFER_STORE (ping-pong, persistent scheduler only): the kernel of cutlass_sm90_pingpong_deferred.hpp, in which
-// each consumer warpgroup has its own epilogue buffers and does not wait for a tile's stores to finish before the
-// other warpgroup's epilogue starts.
 #include <cuda_runtime.h>
 #include "cute/tensor.hpp"
 #include "cutlass/cutlass.h"
@@ -44,14 +41,6 @@ using Scheduler = cutlass::gemm::PersistentScheduler;
 #ifndef KR_EPI_N
 #define KR_EPI_N 0
 #endif
-#ifndef KR_DEFER_STORE
-#define KR_DEFER_STORE 0
-#endif
-#if KR_DEFER_STORE
-static_assert(KR_PINGPONG && !KR_STREAMK, "deferred stores: a ping-pong kernel with the persistent scheduler");
-#include "cutlass_sm90_pingpong_deferred.hpp"
-#endif
-
 #if KR_EPI_N
 using EpilogueTile = Shape<Int<KR_PINGPONG ? 64 : 128>, Int<KR_EPI_N>>;
 #else
@@ -67,17 +56,11 @@ using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder
     cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Element, RowMajor, kAlign, Element, RowMajor, kAlign, float,
     TileShape, ClusterShape,
     cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(
-        (KR_DEFER_STORE ? 2 : 1) * sizeof(typename CollectiveEpilogue::SharedStorage))>,
+        sizeof(typename CollectiveEpilogue::SharedStorage))>,
     KernelSchedule>::CollectiveOp;
 
-#if KR_DEFER_STORE
-using GemmKernel = cutlass::gemm::kernel::kernelrl::GemmPingpongDeferredStore<Shape<int, int, int, int>,
-                                                                               CollectiveMainloop, CollectiveEpilogue,
-                                                                               Scheduler>;
-#else
 using GemmKernel = cutlass::gemm::kernel::GemmUniversal<Shape<int, int, int, int>, CollectiveMainloop,
                                                         CollectiveEpilogue, Scheduler>;
-#endif
 using Gemm = cutlass::gemm::device::GemmUniversalAdapter<GemmKernel>;
 
 namespace {
