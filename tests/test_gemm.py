@@ -83,7 +83,20 @@ def test_larger_epilogue_subtiles_are_their_own_family_on_the_shapes_cutlass_is_
     # the plain CUTLASS family leaves them out, so that neither family's candidates crowd out the other's
     assert not any(v.config.epi_n for v in cutlass_candidates(write_bound, 100))
     assert FAMILY_CANDIDATES["cutlass-epi"](write_bound, "fp16", TuneOptions()) == [v.name for v in epi]
-    assert len(FAMILY_CANDIDATES["cutlass-epi"](write_bound, "fp16", SEEDED)) == SEEDED.cutlass_epi_top
+    seeded = FAMILY_CANDIDATES["cutlass-epi"](write_bound, "fp16", SEEDED)
+    assert len({CutlassVariant.parse(n).config for n in seeded}) == SEEDED.cutlass_epi_top
+    # the 128x128 tiles also with the raster swizzle, right after themselves, where the output has several waves
+    # of them (4096x4096: 1024 tiles), and not where it has fewer (1024x4096: 256 tiles, under two waves; 2048x4096:
+    # 512 tiles, two waves)
+    for i, v in enumerate(epi):
+        many = (v.config.tm, v.config.tn) == (128, 128)
+        assert (v.swizzle == 4) == (many and epi[i - 1].config == v.config and epi[i - 1].swizzle == 1)
+        if many and v.swizzle == 1:
+            assert epi[i + 1] == CutlassVariant(v.config, swizzle=4)
+    assert sum(v.swizzle == 4 for v in epi) == 3
+    fewer = cutlass_epi_candidates(Shape(1024, 4096, 1024))
+    assert fewer and all(v.swizzle == 1 for v in fewer)
+    assert sum(v.swizzle == 4 for v in cutlass_epi_candidates(Shape(2048, 4096, 1024))) == 3
 
 
 def test_pruning_keeps_only_the_requested_number_of_candidates():
