@@ -141,6 +141,9 @@ def main() -> None:
     ap.add_argument("--neighbours", type=float, default=None, metavar="WITHIN", help="search the cuBLASLt "
                     "configurations one attribute away from each shape's best ones, where those came within WITHIN "
                     "of the winner (tune.neighbourhood; the shapes of --dtype)")
+    ap.add_argument("--cutlass-runtime", type=float, default=None, metavar="WITHIN", help="search the run-time "
+                    "neighbours (raster order, swizzle) of the CUTLASS candidates that came within WITHIN of a shape's "
+                    "winner (tune.cutlass_runtime; of --dtype)")
     ap.add_argument("--neighbours-per-base", type=int, default=12)
     ap.add_argument("--neighbours-extra", type=int, default=0, help="also search around this many more of the "
                     "heuristic's configurations, the fastest after the autotune baseline ...")
@@ -171,8 +174,8 @@ def main() -> None:
     from kernelrl.gemm.shapes import Shape, read_shapes
     from kernelrl.gemm.report import read_rows
     from kernelrl.gemm.table import from_records, read_records
-    from kernelrl.gemm.tune import (SEEDED, TuneOptions, augment, demote, demote_consistent, neighbourhood,
-                                    redecide, retime, seeds_from, tune)
+    from kernelrl.gemm.tune import (SEEDED, TuneOptions, augment, cutlass_runtime, demote, demote_consistent,
+                                    neighbourhood, redecide, retime, seeds_from, tune)
 
     shapes = read_shapes(args.shapes)
     csv_path = RESULTS / ("gemm_h200.csv" if args.dtype == "fp16" else f"gemm_h200_{args.dtype}.csv")
@@ -201,6 +204,9 @@ def main() -> None:
         if args.retime and not unsearched:
             unsearched = retime(work, args.retime, args.retime_within, shapes=shapes, log=log, dtype=args.dtype,
                                 deadline_s=left(args.deadline) - args.bench_reserve - 30)
+        if args.cutlass_runtime and not unsearched:
+            unsearched = cutlass_runtime(work, args.cutlass_runtime, shapes=shapes, log=log, dtype=args.dtype,
+                                         deadline_s=left(args.deadline) - args.bench_reserve - 30)
         if args.neighbours and not unsearched:
             unsearched = neighbourhood(work, args.neighbours, args.neighbours_per_base, shapes=shapes, log=log,
                                        dtype=args.dtype, deadline_s=left(args.deadline) - args.bench_reserve - 30,

@@ -99,6 +99,40 @@ def test_larger_epilogue_subtiles_are_their_own_family_on_the_shapes_cutlass_is_
     assert sum(v.swizzle == 4 for v in cutlass_epi_candidates(Shape(2048, 4096, 1024))) == 3
 
 
+def test_cutlass_runtime_neighbours_vary_raster_and_swizzle_where_the_output_has_waves_of_tiles(monkeypatch):
+    from kernelrl.gemm import tune as tn
+    from kernelrl.gemm.space import CutlassConfig, cutlass_runtime_variants
+
+    pp = CutlassConfig(128, 128, 64, pingpong=True, epi_n=128)
+    base = CutlassVariant(pp, swizzle=4)
+    many, one, few = Shape(4096, 4096, 256), Shape(2048, 1024, 1024), Shape(1024, 1024, 1024)  # 1024, 128, 64 tiles
+    assert [(v.raster, v.swizzle) for v in cutlass_runtime_variants(base, many)] == [
+        (1, 4), (2, 4), (0, 1), (0, 2), (0, 8)]
+    assert all(v.config == pp and v != base for v in cutlass_runtime_variants(base, many))
+    # under two waves only the raster order, under one wave nothing; never the stream-K scheduler's variants
+    assert [(v.raster, v.swizzle) for v in cutlass_runtime_variants(CutlassVariant(pp), Shape(2048, 2048, 64))] == [
+        (1, 1), (2, 1)]  # 256 tiles: one wave, not two
+    assert cutlass_runtime_variants(CutlassVariant(pp), one) == [] == cutlass_runtime_variants(CutlassVariant(pp), few)
+    assert cutlass_runtime_variants(CutlassVariant(CutlassConfig(128, 128, 64, streamk=True), 1), many) == []
+    # which records are visited: the fastest two CUTLASS candidates within `within` of the winner, each once
+    seen = {}
+    monkeypatch.setattr(tn, "_revisit", lambda path, names_for, tag, *a: seen.setdefault("f", names_for) and 0)
+    assert tn.cutlass_runtime("records.jsonl", within=1.03) == 0
+    names_for = seen["f"]
+    other = CutlassVariant(CutlassConfig(128, 128, 64, cn=2, pingpong=True, epi_n=128))
+    record = {"best_us": 10.0, "candidates": {
+        base.name: {"ok": True, "us": 10.2}, other.name: {"ok": True, "us": 10.5},
+        CutlassVariant(pp, raster=1, swizzle=4).name: {"ok": True, "us": 11.0}, "torch": {"ok": True, "us": 10.9}}}
+    got = names_for(many, record)
+    assert got == [v.name for v in cutlass_runtime_variants(base, many) if v.name not in record["candidates"]]
+    assert CutlassVariant(pp, raster=1, swizzle=4).name not in got  # timed already (and not a base: 3rd fastest)
+    record["candidates"][other.name]["us"] = 10.25  # both within 3% of the winner: the neighbours of both
+    assert set(names_for(many, record)) > {v.name for v in cutlass_runtime_variants(other, many)}
+    record["candidates"][base.name]["us"] = record["candidates"][other.name]["us"] = 10.31
+    assert names_for(many, record) is None  # none close enough
+    assert names_for(many, {**record, "augmented": [tn.CUTLASS_RUNTIME]}) is None  # visited
+
+
 def test_pruning_keeps_only_the_requested_number_of_candidates():
     s = Shape(4096, 4096, 4096)
     assert len(triton_candidates(s, 3)) == 3

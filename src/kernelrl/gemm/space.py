@@ -559,6 +559,24 @@ def cutlass_epi_candidates(shape: Shape, top: int = 7) -> list[CutlassVariant]:
     return out
 
 
+def cutlass_runtime_variants(variant: CutlassVariant, shape: Shape) -> list[CutlassVariant]:
+    """The run-time neighbours of a persistent-scheduler CUTLASS variant on `shape` (nothing to compile): the
+    other two raster orders at its swizzle, where the output has a wave of its tiles or more, and the other
+    swizzles (1, 2, 4, 8) in the scheduler's own raster order, where it has two waves or more. None for the
+    stream-K scheduler's variants, whose decompositions the search covers."""
+    cfg = variant.config
+    if cfg.streamk:
+        return []
+    tiles = math.ceil(shape.m / cfg.tm) * math.ceil(shape.n / cfg.tn)
+    out = []
+    if tiles >= NUM_SMS:
+        out += [CutlassVariant(cfg, raster=r, swizzle=variant.swizzle) for r in (0, 1, 2) if r != variant.raster]
+    if tiles >= CUTLASS_SWIZZLE_MIN_WAVES * NUM_SMS:
+        out += [CutlassVariant(cfg, swizzle=w) for w in (1, 2, 4, 8)
+                if (0, w) != (variant.raster, variant.swizzle)]
+    return list(dict.fromkeys(out))
+
+
 def splitk_candidates(shape: Shape, top: int = 8) -> list[SplitKConfig]:
     """Up to `top` split-K configurations for `shape`: the cost model's best K split of every tile that fits
     the output, then each tile's second best. Only for shapes with a small output and a deep K (few output

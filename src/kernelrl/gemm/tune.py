@@ -376,6 +376,32 @@ def retime(path: Path, pattern: str, within: float = 1.1, top: int = 2, shapes: 
     return _revisit(path, names, tag, shapes, opt, deadline_s, log, dtype)
 
 
+CUTLASS_RUNTIME = "cutlass-runtime"  # the tag of records whose CUTLASS run-time neighbours were searched
+
+
+def cutlass_runtime(path: Path, within: float = 1.03, top: int = 2, shapes: list[Shape] | None = None,
+                    opt: TuneOptions = TuneOptions(), deadline_s: float = math.inf, log=print,
+                    dtype: str | None = None, tag: str = CUTLASS_RUNTIME) -> int:
+    """On every recorded shape (of `dtype`, if given) whose fastest recorded CUTLASS candidates took at most
+    `within` times the winner's time: time the run-time neighbours (`space.cutlass_runtime_variants`: raster
+    order and swizzle, nothing to compile) of its `top` fastest such candidates with the shape's finalists, and
+    choose the winner afresh. Records visited carry `tag` and are not visited again; resumes like `augment`;
+    returns the number of shapes left."""
+    from kernelrl.gemm.space import CutlassVariant, cutlass_runtime_variants
+
+    def names(s: Shape, record: dict) -> list[str] | None:
+        if tag in record.get("augmented", []):
+            return None
+        timed = sorted((r["us"], n) for n, r in record.get("candidates", {}).items()
+                       if n.startswith("cutlass:") and r.get("ok") and r.get("us"))
+        bases = [n for us, n in timed[:top] if us <= within * record["best_us"]]
+        new = [v.name for n in bases for v in cutlass_runtime_variants(CutlassVariant.parse(n), s)]
+        new = [n for n in dict.fromkeys(new) if n not in record.get("candidates", {})]
+        return new or None
+
+    return _revisit(path, names, tag, shapes, opt, deadline_s, log, dtype)
+
+
 NEIGHBOURS = "lt-neighbours"  # the tag of records whose cuBLASLt neighbourhood `neighbourhood` searched
 
 
