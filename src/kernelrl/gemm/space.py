@@ -267,6 +267,10 @@ class CutlassConfig:
             macros["KR_EPI_N"] = self.epi_n
         return macros
 
+    def tiles(self, shape: Shape) -> int:
+        """Output tiles of this configuration on `shape`."""
+        return math.ceil(shape.m / self.tm) * math.ceil(shape.n / self.tn)
+
 
 @dataclass(frozen=True)
 class CutlassVariant:
@@ -523,7 +527,7 @@ def cutlass_candidates(shape: Shape, top: int = 6) -> list[CutlassVariant]:
         cluster = cfg.cm * cfg.cn
         base = (estimate_us(shape, cfg.tm, cfg.tn, cluster=cluster, tiles_in_flight=2) * 0.97 if cfg.pingpong
                 else estimate_us(shape, cfg.tm, cfg.tn, cluster=cluster))
-        tiles = math.ceil(shape.m / cfg.tm) * math.ceil(shape.n / cfg.tn)
+        tiles = cfg.tiles(shape)
         if cfg.streamk:
             scored.append((base, i, CutlassVariant(cfg, decomposition=1)))
             if tiles < NUM_SMS and shape.k >= 512:
@@ -535,7 +539,7 @@ def cutlass_candidates(shape: Shape, top: int = 6) -> list[CutlassVariant]:
                                        CutlassVariant(cfg, decomposition=2, splits=s)))
         else:
             scored.append((base, i, CutlassVariant(cfg)))
-            if tiles >= CUTLASS_SWIZZLE_MIN_WAVES * NUM_SMS:
+            if _swizzle_may_pay(cfg, shape):
                 # ranked just after the same configuration without the swizzle (the model cannot tell them apart)
                 scored.append((base * 1.001, i, CutlassVariant(cfg, swizzle=4)))
     scored.sort(key=lambda t: (t[0], t[1]))
@@ -553,10 +557,14 @@ def cutlass_epi_candidates(shape: Shape, top: int = 7) -> list[CutlassVariant]:
     out = []
     for _, _, c in scored[:top]:
         out.append(CutlassVariant(c))
-        if ((c.tm, c.tn) in CUTLASS_EPI_SWIZZLE_TILES
-                and math.ceil(shape.m / c.tm) * math.ceil(shape.n / c.tn) >= CUTLASS_SWIZZLE_MIN_WAVES * NUM_SMS):
+        if (c.tm, c.tn) in CUTLASS_EPI_SWIZZLE_TILES and _swizzle_may_pay(c, shape):
             out.append(CutlassVariant(c, swizzle=4))
     return out
+
+
+def _swizzle_may_pay(cfg: CutlassConfig, shape: Shape) -> bool:
+    """Whether the output has enough waves of `cfg`'s tiles for the raster swizzle to matter."""
+    return cfg.tiles(shape) >= CUTLASS_SWIZZLE_MIN_WAVES * NUM_SMS
 
 
 def cutlass_runtime_variants(variant: CutlassVariant, shape: Shape) -> list[CutlassVariant]:
@@ -567,11 +575,10 @@ def cutlass_runtime_variants(variant: CutlassVariant, shape: Shape) -> list[Cutl
     cfg = variant.config
     if cfg.streamk:
         return []
-    tiles = math.ceil(shape.m / cfg.tm) * math.ceil(shape.n / cfg.tn)
     out = []
-    if tiles >= NUM_SMS:
+    if cfg.tiles(shape) >= NUM_SMS:
         out += [CutlassVariant(cfg, raster=r, swizzle=variant.swizzle) for r in (0, 1, 2) if r != variant.raster]
-    if tiles >= CUTLASS_SWIZZLE_MIN_WAVES * NUM_SMS:
+    if _swizzle_may_pay(cfg, shape):
         out += [CutlassVariant(cfg, swizzle=w) for w in (1, 2, 4, 8)
                 if (0, w) != (variant.raster, variant.swizzle)]
     return list(dict.fromkeys(out))
