@@ -114,6 +114,27 @@ def test_larger_epilogue_subtiles_write_exactly_the_output_on_ragged_and_write_b
             assert res.ok, (name, m, n, k, res.reason)
 
 
+@hopper
+def test_every_raster_order_and_swizzle_writes_exactly_the_output():
+    """The run-time variants the dispatch may take (`space.cutlass_runtime_variants`: raster along M or N,
+    swizzles 1, 2, 4, 8) on a ragged output of several waves of tiles, inside guard bands, for a ping-pong kernel
+    with the larger subtile and one without."""
+    from kernelrl.gemm.shapes import Shape
+    from kernelrl.gemm.space import CutlassConfig, cutlass_runtime_variants
+
+    m, n, k = 2100, 4200, 136  # 17 x 33 = 561 tiles of 128x128: above two waves, partial tiles in M, N and K
+    a, b = chk.random_inputs(m, n, k)
+    ref = chk.reference(a, b)
+    for cfg in (CutlassConfig(128, 128, 64, pingpong=True, epi_n=128), CutlassConfig(128, 128, 64, pingpong=True)):
+        base, far = CutlassVariant(cfg), CutlassVariant(cfg, raster=2, swizzle=8)
+        variants = [base, far, *cutlass_runtime_variants(base, Shape(m, n, k)),
+                    *cutlass_runtime_variants(far, Shape(m, n, k))]
+        assert {(v.raster, v.swizzle) for v in variants} >= {(1, 1), (2, 1), (0, 2), (0, 4), (0, 8), (1, 8), (2, 8)}
+        for v in dict.fromkeys(variants):
+            res = chk.check(make_launcher(v.name, m, n, k), a, b, ref)
+            assert res.ok, (v.name, res.reason)
+
+
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_cublaslt_heuristic_algorithms_are_correct(dtype):
     from kernelrl.gemm import cublaslt

@@ -22,9 +22,10 @@ import torch
 from kernelrl.gemm import check as chk
 from kernelrl.gemm.registry import make_launcher
 from kernelrl.gemm.shapes import Shape
-from kernelrl.gemm.space import (clusterk_candidates, clusterk_fill_candidates, clusterk_small_candidates,
-                                 cutlass_candidates, cutlass_epi_candidates, roofline_us, splitk_candidates,
-                                 tiled_candidates, triton_candidates)
+from kernelrl.gemm.space import (CutlassVariant, clusterk_candidates, clusterk_fill_candidates,
+                                 clusterk_small_candidates, cutlass_candidates, cutlass_epi_candidates,
+                                 cutlass_runtime_variants, roofline_us, splitk_candidates, tiled_candidates,
+                                 triton_candidates)
 from kernelrl.gemm.timing import Inputs, calls_for, paired_ratio_ci, time_graph, time_graphs_placed
 
 DTYPE_NAMES = {"fp16": torch.float16, "bf16": torch.bfloat16}
@@ -353,6 +354,12 @@ def redecide(path: Path, shapes: list[Shape] | None = None, opt: TuneOptions = T
     return _revisit(path, once, tag, shapes, opt, deadline_s, log)
 
 
+def _timed(record: dict, matches) -> list[tuple[float, str]]:
+    """(time, name) of a record's correct, timed candidates whose name `matches`, fastest first."""
+    return sorted((r["us"], n) for n, r in record.get("candidates", {}).items()
+                  if matches(n) and r.get("ok") and r.get("us"))
+
+
 def retime(path: Path, pattern: str, within: float = 1.1, top: int = 2, shapes: list[Shape] | None = None,
            opt: TuneOptions = TuneOptions(), deadline_s: float = math.inf, log=print, dtype: str | None = None,
            tag: str = "") -> int:
@@ -367,8 +374,7 @@ def retime(path: Path, pattern: str, within: float = 1.1, top: int = 2, shapes: 
     def names(s: Shape, record: dict) -> list[str] | None:
         if tag in record.get("augmented", []):
             return None
-        timed = sorted((r["us"], n) for n, r in record.get("candidates", {}).items()
-                       if matches(n) and r.get("ok") and r.get("us"))
+        timed = _timed(record, matches)
         if not timed or timed[0][0] > within * record["best_us"]:
             return None
         return [n for _, n in timed[:top]]
@@ -387,13 +393,10 @@ def cutlass_runtime(path: Path, within: float = 1.03, top: int = 2, shapes: list
     order and swizzle, nothing to compile) of its `top` fastest such candidates with the shape's finalists, and
     choose the winner afresh. Records visited carry `tag` and are not visited again; resumes like `augment`;
     returns the number of shapes left."""
-    from kernelrl.gemm.space import CutlassVariant, cutlass_runtime_variants
-
     def names(s: Shape, record: dict) -> list[str] | None:
         if tag in record.get("augmented", []):
             return None
-        timed = sorted((r["us"], n) for n, r in record.get("candidates", {}).items()
-                       if n.startswith("cutlass:") and r.get("ok") and r.get("us"))
+        timed = _timed(record, lambda n: n.startswith("cutlass:"))
         bases = [n for us, n in timed[:top] if us <= within * record["best_us"]]
         new = [v.name for n in bases for v in cutlass_runtime_variants(CutlassVariant.parse(n), s)]
         new = [n for n in dict.fromkeys(new) if n not in record.get("candidates", {})]
