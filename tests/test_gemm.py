@@ -1369,6 +1369,28 @@ def test_report_says_when_a_goal_is_not_met(tmp_path):
     assert "**not met**" in md and "1.010" in md and "fp16 in" in md
 
 
+def test_report_says_by_how_much_and_where_the_speedup_goal_is_missed(tmp_path):
+    from kernelrl.gemm.report import gap_by
+
+    rows = read_rows(_csv(tmp_path, speedup=1.01))  # torch.matmul 3, 6 and 9 us: one shape under 5 us, two over
+    rows[2]["kernelrl_us"] = str(float(rows[2]["torch_us"]) / 1.2)  # one shape above the goal's 1.15x
+    short = 2 * math.log(1.15 / 1.01) + math.log(1.15 / 1.2)
+    (_, n_lo, g_lo, share_lo, whole_lo), (_, n_hi, g_hi, share_hi, whole_hi) = gap_by(
+        rows, [("fast", rows[:1]), ("rest", rows[1:])])
+    assert (n_lo, n_hi) == (1, 2) and g_lo == pytest.approx(1.01) and g_hi == pytest.approx((1.01 * 1.2) ** 0.5)
+    assert share_lo == pytest.approx(math.log(1.15 / 1.01) / short) and share_lo + share_hi == pytest.approx(1.0)
+    # the first shape at 1.15x, the others as measured
+    assert whole_lo == pytest.approx((1.15 * 1.01 * 1.2) ** (1 / 3))
+    (_, _, g_top, share_top, whole_top), = gap_by(rows, [("above", rows[2:])])
+    assert g_top == pytest.approx(1.2) and share_top < 0  # above the goal: nothing to gain, a negative share
+    assert whole_top == pytest.approx((1.01 * 1.01 * 1.2) ** (1 / 3))  # the whole geomean as measured
+    md = markdown(rows)
+    geo = (1.01 * 1.01 * 1.2) ** (1 / 3)
+    assert f"**not met**: {1.15 - geo:.3f} short" in md and "## Where the speedup goal is missed" in md
+    assert f"| 0-5 us | 1 | 1.010 | {math.log(1.15 / 1.01) / short:.0%} |" in md
+    assert "## Where the speedup goal is missed" not in markdown(read_rows(_csv(tmp_path, speedup=1.2)))
+
+
 def test_report_names_the_dtype_the_file_measured(tmp_path):
     rows = read_rows(_csv(tmp_path, speedup=1.01))
     for r in rows:
