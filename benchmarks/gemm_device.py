@@ -144,6 +144,9 @@ def main() -> None:
     ap.add_argument("--cutlass-runtime", type=float, default=None, metavar="WITHIN", help="search the run-time "
                     "neighbours (raster order, swizzle) of the CUTLASS candidates that came within WITHIN of a shape's "
                     "winner (tune.cutlass_runtime; of --dtype)")
+    ap.add_argument("--tiled-fixed", type=float, default=None, metavar="WITHIN", help="search the tiled kernels "
+                    "with the shape's sizes compiled in, for the tiled candidates that came within WITHIN of a "
+                    "shape's fastest candidate (tune.tiled_fixed; of --dtype)")
     ap.add_argument("--neighbours-per-base", type=int, default=12)
     ap.add_argument("--neighbours-extra", type=int, default=0, help="also search around this many more of the "
                     "heuristic's configurations, the fastest after the autotune baseline ...")
@@ -175,7 +178,7 @@ def main() -> None:
     from kernelrl.gemm.report import read_rows
     from kernelrl.gemm.table import from_records, read_records
     from kernelrl.gemm.tune import (SEEDED, TuneOptions, augment, cutlass_runtime, demote, demote_consistent,
-                                    neighbourhood, redecide, retime, seeds_from, tune)
+                                    neighbourhood, redecide, retime, seeds_from, tiled_fixed, tune)
 
     shapes = read_shapes(args.shapes)
     csv_path = RESULTS / ("gemm_h200.csv" if args.dtype == "fp16" else f"gemm_h200_{args.dtype}.csv")
@@ -207,6 +210,9 @@ def main() -> None:
         if args.cutlass_runtime and not unsearched:
             unsearched = cutlass_runtime(work, args.cutlass_runtime, shapes=shapes, log=log, dtype=args.dtype,
                                          deadline_s=left(args.deadline) - args.bench_reserve - 30)
+        if args.tiled_fixed and not unsearched:
+            unsearched = tiled_fixed(work, args.tiled_fixed, shapes=shapes, log=log, dtype=args.dtype,
+                                     deadline_s=left(args.deadline) - args.bench_reserve - 30)
         if args.neighbours and not unsearched:
             unsearched = neighbourhood(work, args.neighbours, args.neighbours_per_base, shapes=shapes, log=log,
                                        dtype=args.dtype, deadline_s=left(args.deadline) - args.bench_reserve - 30,

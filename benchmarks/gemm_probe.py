@@ -34,9 +34,14 @@ clusterk_fixed: the fixed cost of one cluster split-K launch: a 64x64 tensor-map
 after_foreign: the committed dispatch against torch.matmul on a sample of shapes of every family, timed in two
         graphs: each call after the previous GEMM (the benchmark's graph) and each call after a small torch kernel
         (a model's graph). A speedup that held only back to back would be the benchmark's, not the kernel's.
+tiled_lean: the tiled kernel's index arithmetic: as committed (edge rows wrapped with a run-time modulo, masked
+        store), without the wrap and the mask where the tiles cover the output exactly (`even`), and with the
+        shape's sizes and strides compiled in as constants as well (`const`), on the shapes the committed table
+        runs the tiled kernel on and the launch-bound ones where a tiled configuration came within 10% of the
+        winner; checked, then timed interleaved with torch.matmul, its control and the committed dispatch.
 
     python3 benchmarks/gemm_probe.py [--parts floor,tiled,noise,clusterk,clusterk_ab,smallk,host,capacity,pdl,
-                                     clusterk_fixed,after_foreign]
+                                     clusterk_fixed,after_foreign,tiled_lean]
                                      [--deadline S]
     python3 benchmarks/gemm_probe.py --summarise benchmarks/results/gemm_runs/probe_floor_tiled_noise.json
 """
@@ -992,6 +997,91 @@ def part_pdl(res: dict, deadline: float) -> None:
         del graphs, inp
 
 
+def lean_launchers(cfg: tuple, m: int, n: int, k: int) -> dict:
+    """{label: () -> launcher (a, b, c)} of the tiled kernel's three forms for a shape its tiles cover: `tiled`, the
+    edge handling on (the kernel as it was before `EVEN_MN`), `even` without it, `const` with the sizes compiled in
+    (`matmul_tiled_fixed`). The run that decided on the last two (gemm_runs/probe_tiled_lean.*) ran them as
+    kernels of its own, written in this file then, with the same instructions for sm_90."""
+    from kernelrl.gemm.kernels.triton_tiled import matmul_tiled, matmul_tiled_fixed
+
+    bm, bn, bk, warps, stages = cfg
+    grid = (m // bm * (n // bn),)
+
+    def launcher(kern, even_mn: bool):
+        def run(a, b, c):
+            kern[grid](a, b, c, m, n, k, k, n, n, BM=bm, BN=bn, BK=bk, GROUP_M=8, EVEN_K=True, EVEN_MN=even_mn,
+                       num_warps=warps, num_stages=stages)
+
+        return run
+
+    return {"tiled": lambda: launcher(matmul_tiled, False), "even": lambda: launcher(matmul_tiled, True),
+            "const": lambda: launcher(matmul_tiled_fixed, True)}
+
+
+def lean_shapes(within: float = 1.10, max_us: float = 5.0) -> list[tuple[int, int, int, tuple]]:
+    """(m, n, k, tiled configuration): the committed fp16 table's tiled shapes with their configuration, then the
+    shapes under `max_us` on torch.matmul whose fastest recorded tiled candidate came within `within` of the
+    fastest candidate, with that configuration; only where the tiles cover the output and BK divides K."""
+    from kernelrl.gemm.space import TiledConfig
+
+    with (ROOT / "benchmarks" / "results" / "gemm_h200.csv").open() as f:
+        rows = {(int(r["m"]), int(r["n"]), int(r["k"])): r for r in csv.DictReader(f) if r["dtype"] == "fp16"}
+    picked: dict[tuple, str] = {key: r["kernel"] for key, r in rows.items() if r["kernel"].startswith("tiled:")}
+    with gzip.open(ROOT / "benchmarks" / "results" / "gemm_tune_h200.jsonl.gz", "rt") as f:
+        for line in f:
+            rec = json.loads(line)
+            key = (rec["m"], rec["n"], rec["k"])
+            if rec["dtype"] != "fp16" or key in picked or float(rows[key]["torch_us"]) >= max_us:
+                continue
+            timed = [(v["us"], name) for name, v in rec["candidates"].items() if "us" in v and v.get("ok")]
+            tiled = [t for t in timed if t[1].startswith("tiled:")]
+            if tiled and min(tiled)[0] <= within * min(timed)[0]:
+                picked[key] = min(tiled)[1]
+    out = []
+    for (m, n, k), name in sorted(picked.items(), key=lambda kv: float(rows[kv[0]]["torch_us"])):
+        c = TiledConfig.parse(name)
+        if m % c.bm == 0 and n % c.bn == 0 and k % c.bk == 0:
+            out.append((m, n, k, (c.bm, c.bn, c.bk, c.warps, c.stages)))
+    return out
+
+
+def part_tiled_lean(res: dict, deadline: float) -> None:
+    import torch
+
+    from kernelrl.gemm import check as chk
+    from kernelrl.gemm import timing as tm
+    from kernelrl.gemm.dispatch import Dispatcher
+    from kernelrl.gemm.table import DEFAULT_TABLE, Table
+
+    disp = Dispatcher(Table.load(DEFAULT_TABLE))
+    variants = ("even", "const")
+    shapes = lean_shapes()
+    log(f"tiled_lean: {len(shapes)} shapes")
+    out = res.setdefault("tiled_lean", [])
+    rng = random.Random(13)
+    for m, n, k, cfg in shapes:
+        if time.perf_counter() - T0 > deadline:
+            log(f"tiled_lean: deadline, {len(shapes) - len(out)} shapes left")
+            break
+        a, b = chk.random_inputs(m, n, k)
+        ref = chk.reference(a, b)
+        entry = {"m": m, "n": n, "k": k, "cfg": list(cfg), "kernel": disp.kernel_for(m, n, k, torch.float16),
+                 "configs": {}}
+        fns = {"torch": (torch.matmul, False), "torch_control": (torch.matmul, False), "kernelrl": (disp, False)}
+        disp(a, b)
+        check_candidates(lean_launchers(cfg, m, n, k), a, b, ref, entry, fns)
+        del ref, a, b
+        per_round: dict = {}
+        entry["us"] = tm.time_graphs(fns, tm.Inputs(m, n, k), 100, 31, rng, per_round)
+        entry["vs_tiled"] = {lab: statistics.median(t / x for t, x in zip(per_round["tiled"], per_round[lab]))
+                             for lab in variants if lab in per_round and "tiled" in per_round}
+        out.append(entry)
+        u = entry["us"]
+        log(f"tiled_lean {m}x{n}x{k} {cfg}: torch {u['torch']:.2f} kernelrl {u['kernelrl']:.2f} "
+            + " ".join(f"{lab} {u[lab]:.2f}" for lab in ("tiled", *variants) if lab in u)
+            + " | vs tiled " + " ".join(f"{lab} {x:.3f}" for lab, x in entry["vs_tiled"].items()))
+
+
 def summarise(res: dict) -> list[str]:
     """The figures the findings quote from a probe's JSON: the tiled kernel's reach and the timing spread."""
     from kernelrl.gemm.shapes import Shape
@@ -1030,6 +1120,20 @@ def summarise(res: dict) -> list[str]:
                      for k in ks] + [[e["paired_vs_torch"][lab] for e in smallk if lab in e["paired_vs_torch"]]]
             lines.append(f"  {lab}: " + " ".join(
                 f"{math.exp(sum(map(math.log, c)) / len(c)):.3f}" if c else "-" for c in cells))
+    lean = [e for e in res.get("tiled_lean", []) if len(e.get("vs_tiled", {})) == 2]
+    if lean:
+        g = lambda xs: math.exp(sum(map(math.log, xs)) / len(xs))  # noqa: E731
+        groups: dict[tuple, list[dict]] = {}
+        for e in lean:
+            groups.setdefault(("all",), []).append(e)
+            groups.setdefault(("committed tiled" if e["kernel"].startswith("tiled:") else "other",), []).append(e)
+            groups.setdefault(("tile", "x".join(map(str, e["cfg"][:3])) + f" w{e['cfg'][3]}",
+                               f"{e['k'] // e['cfg'][2]} K steps"), []).append(e)
+        lines.append("tiled_lean: paired geomean over the edge-handling kernel of: even, const, the better of the two")
+        for key, es in groups.items():
+            lines.append(f"  {' '.join(key)} ({len(es)}): {g([e['vs_tiled']['even'] for e in es]):.3f} "
+                         f"{g([e['vs_tiled']['const'] for e in es]):.3f} "
+                         f"{g([max(e['vs_tiled'].values()) for e in es]):.3f}")
     stats: dict[str, list[float]] = {"median of each label": [], "median of paired ratios": []}
     for e in res.get("noise", []):
         base = e["samples"]["cap0"]
@@ -1141,6 +1245,8 @@ def main() -> None:
             part_after_foreign(res, args.deadline)
         if "clusterk_fixed" in parts:
             part_clusterk_fixed(res, args.deadline, [v for v in args.clusterk_variants.split(",") if v])
+        if "tiled_lean" in parts:
+            part_tiled_lean(res, args.deadline)
     finally:
         (OUT / "gemm_probe.json").write_text(json.dumps(res))
         log("wrote gemm_probe.json")

@@ -356,9 +356,51 @@ def test_tiled_names_round_trip_and_a_malformed_one_says_the_form():
     assert len({c.name for c in TILED_CONFIGS}) == len(TILED_CONFIGS)
     for c in TILED_CONFIGS:
         assert TiledConfig.parse(c.name) == c and c.smem_bytes <= SMEM_BYTES
-    for bad in ("tiled:64x64_s3_w4", "tiled:64x64x64_w4_s3", "tiled:64x64x64_s3"):
-        with pytest.raises(ValueError, match="tiled:<BM>x<BN>x<BK>_s<stages>_w<warps>"):
+    for bad in ("tiled:64x64_s3_w4", "tiled:64x64x64_w4_s3", "tiled:64x64x64_s3", "tiled:64x64x64_s3_w4_fix"):
+        with pytest.raises(ValueError, match=r"tiled:<BM>x<BN>x<BK>_s<stages>_w<warps>\[_fixed\]"):
             TiledConfig.parse(bad)
+    fixed = TiledConfig(64, 64, 128, 3, 4, fixed=True)
+    assert fixed.name == "tiled:64x64x128_s3_w4_fixed" and TiledConfig.parse(fixed.name) == fixed
+    from kernelrl.gemm.tune import compile_key
+
+    assert compile_key(fixed.name) == fixed.name != compile_key(TiledConfig(64, 64, 128, 3, 4).name)
+
+
+def test_a_fixed_tiled_kernel_is_offered_and_launched_only_where_its_tiles_cover_the_shape():
+    from kernelrl.gemm.space import tiled_fixed_variant
+    from kernelrl.gemm.triton_family import make_tiled_launcher
+
+    cfg = TiledConfig(64, 32, 128, 3, 2)
+    assert tiled_fixed_variant(cfg, Shape(128, 64, 256)) == TiledConfig(64, 32, 128, 3, 2, fixed=True)
+    for ragged in (Shape(100, 64, 256), Shape(128, 48, 256), Shape(128, 64, 200)):  # m, n, then k not covered
+        assert not cfg.covers(ragged) and tiled_fixed_variant(cfg, ragged) is None
+        with pytest.raises(ValueError, match="tiled:64x32x128_s3_w2_fixed is compiled for shapes its 64x32x128 "
+                                             "tiles cover exactly.*use tiled:64x32x128_s3_w2$"):
+            make_tiled_launcher(tiled_fixed_variant(cfg, Shape(128, 64, 256)), ragged.m, ragged.n, ragged.k)
+
+
+def test_the_fixed_tiled_search_takes_the_fastest_tiled_candidates_close_to_the_fastest_of_all(monkeypatch):
+    from kernelrl.gemm import tune as tn
+
+    seen = {}
+    monkeypatch.setattr(tn, "_revisit", lambda path, names_for, tag, *a: seen.setdefault(tag, names_for) and 0)
+    assert tn.tiled_fixed("records.jsonl", within=1.10, top=2) == 0
+    names_for = seen[tn.TILED_FIXED]
+    s = Shape(256, 128, 512)
+    record = {"best_us": 2.0, "candidates": {  # the winner's final time is taken another way: not the reference
+        "cublaslt#0": {"ok": True, "us": 3.0}, "tiled:64x64x128_s3_w4": {"ok": True, "us": 3.1},
+        "tiled:32x32x128_s3_w2": {"ok": True, "us": 3.15}, "tiled:32x32x64_s3_w1": {"ok": True, "us": 3.18},
+        "tiled:64x64x64_s3_w4_fixed": {"ok": True, "us": 2.9}, "torch": {"ok": True, "us": 3.5}}}
+    # the two fastest plain tiled candidates within 10% of the fastest candidate (a fixed one), compiled for s
+    assert names_for(s, record) == ["tiled:64x64x128_s3_w4_fixed", "tiled:32x32x128_s3_w2_fixed"]
+    record["candidates"]["tiled:64x64x128_s3_w4_fixed"] = {"ok": False, "why": "did not compile"}
+    assert names_for(s, record) == ["tiled:32x32x128_s3_w2_fixed"]  # a recorded one is not searched again
+    assert names_for(Shape(256, 128, 520), record) is None  # K not covered: nothing to compile in
+    record["candidates"]["tiled:32x32x128_s3_w2"]["us"] = 3.3  # beyond 10% of 2.9: the next one within it
+    assert names_for(s, record) == ["tiled:32x32x64_s3_w1_fixed"]
+    record["candidates"]["tiled:32x32x64_s3_w1"]["us"] = 3.3
+    assert names_for(s, record) is None
+    assert names_for(s, {**record, "augmented": [tn.TILED_FIXED]}) is None  # visited
 
 
 def test_tiled_search_is_for_launch_bound_shapes_only_and_keeps_tiles_within_the_output():

@@ -1,5 +1,5 @@
 """GPU specifications of the Triton tiled family and of per-stream workspaces: every tiled configuration is
-correct on ragged and even shapes and in CUDA graphs; cuBLASLt and CUTLASS kernels that use a workspace get
+correct on ragged and even shapes and in CUDA graphs, and so is each compiled for a shape its tiles cover; cuBLASLt and CUTLASS kernels that use a workspace get
 one per CUDA stream, so two streams running them at once stay correct, and a graph captured on a stream the
 launcher has not seen takes the spare made ahead of time."""
 import pytest
@@ -9,7 +9,8 @@ pytestmark = pytest.mark.gpu
 
 from kernelrl.gemm import check as chk  # noqa: E402
 from kernelrl.gemm.registry import make_launcher  # noqa: E402
-from kernelrl.gemm.space import CUTLASS_CONFIGS, TILED_CONFIGS, CutlassVariant  # noqa: E402
+from kernelrl.gemm.shapes import Shape  # noqa: E402
+from kernelrl.gemm.space import CUTLASS_CONFIGS, TILED_CONFIGS, CutlassVariant, tiled_fixed_variant  # noqa: E402
 from gemm_gpu_checks import captured, on_two_streams, replays_correctly  # noqa: E402
 
 hopper = pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0),
@@ -23,15 +24,26 @@ def test_every_tiled_configuration_is_correct(dtype, shape):
     m, n, k = shape  # ragged (partial tiles in m and n, K not a multiple of any BK), even, and one tile
     a, b = chk.random_inputs(m, n, k, dtype)
     ref = chk.reference(a, b)
-    for cfg in TILED_CONFIGS:
+    fixed = [v for v in (tiled_fixed_variant(c, Shape(m, n, k)) for c in TILED_CONFIGS) if v]
+    assert bool(fixed) == (shape != (200, 136, 1000))  # where the tiles cover the output, compiled for it too
+    for cfg in (*TILED_CONFIGS, *fixed):
         res = chk.check(make_launcher(cfg.name, m, n, k, dtype), a, b, ref)  # poison, guard bands, two calls
         assert res.ok, (cfg.name, shape, res.reason)
 
 
 @hopper
-def test_tiled_kernel_replays_in_a_cuda_graph_with_new_inputs():
+@pytest.mark.parametrize("name", ["tiled:32x64x128_s4_w2", "tiled:32x64x128_s4_w2_fixed", "tiled:64x64x128_s3_w4_fixed"])
+def test_tiled_kernel_replays_in_a_cuda_graph_with_new_inputs(name):
+    import triton
+
+    from kernelrl.gemm.triton_family import DIRECT_TRITON
+
     m, n, k = 128, 256, 384
-    replays_correctly(*captured(make_launcher("tiled:32x64x128_s4_w2", m, n, k), m, n, k))
+    fn = make_launcher(name, m, n, k)
+    replays_correctly(*captured(fn, m, n, k))
+    # after its first call a launcher takes Triton's C entry, the fixed kernel's sizes passed where its
+    # constexprs sit
+    assert fn.direct == triton.__version__.startswith(tuple(v + "." for v in DIRECT_TRITON))
 
 
 def _workspace_users(m, n, k):

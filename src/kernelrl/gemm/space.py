@@ -89,20 +89,33 @@ class _Tile:
 
 @dataclass(frozen=True)
 class TiledConfig(_Tile):
-    """One configuration of the Triton tiled kernel (one program per output tile, no TMA, no workspace)."""
+    """One configuration of the Triton tiled kernel (one program per output tile, no TMA, no workspace).
+    `fixed`: the shape's sizes and strides compiled in (`matmul_tiled_fixed`, one binary per shape), for shapes
+    the tiles cover exactly with a K that BK divides (`covers`)."""
+
+    fixed: bool = False
 
     @property
     def name(self) -> str:
-        return f"tiled:{self.tile}"
+        return f"tiled:{self.tile}{FIXED_SUFFIX if self.fixed else ''}"
+
+    def covers(self, shape: Shape) -> bool:
+        """Whether the tiles cover the output exactly and BK divides K: no edge to handle."""
+        return shape.m % self.bm == 0 and shape.n % self.bn == 0 and shape.k % self.bk == 0
 
     @classmethod
     def parse(cls, name: str) -> "TiledConfig":
         """Inverse of `name`."""
+        body = name.split(":", 1)[-1]
+        fixed = body.endswith(FIXED_SUFFIX)
         try:
-            return cls(*_tile_fields(name.split(":", 1)[1]))
+            return cls(*_tile_fields(body.removesuffix(FIXED_SUFFIX)), fixed=fixed)
         except (ValueError, IndexError) as e:
             raise ValueError(f"malformed tiled kernel name {name!r}: expected "
-                             "tiled:<BM>x<BN>x<BK>_s<stages>_w<warps>") from e
+                             f"tiled:<BM>x<BN>x<BK>_s<stages>_w<warps>[{FIXED_SUFFIX}]") from e
+
+
+FIXED_SUFFIX = "_fixed"  # a tiled kernel compiled for one shape (TiledConfig.fixed)
 
 
 @dataclass(frozen=True)
@@ -754,3 +767,11 @@ def tiled_candidates(shape: Shape, top: int = 24) -> list[TiledConfig]:
             and c.smem_bytes <= SMEM_BYTES]
     ranked = sorted(fits, key=lambda c: (estimate_us(shape, c.bm, c.bn), c.warps, -c.bk, c.stages))
     return ranked[:top]
+
+
+def tiled_fixed_variant(cfg: TiledConfig, shape: Shape) -> TiledConfig | None:
+    """`cfg` with the shape's sizes compiled in, where its tiles cover the shape exactly (None elsewhere). On the
+    H200 that took 2-10% off the tiled kernel on most launch-bound shapes (wgmma tiles, and one K step) and added
+    up to 20% on others (several K steps of the 2-warp tiles), so the search decides per shape
+    (benchmarks/results/gemm_h200_findings.md)."""
+    return replace(cfg, fixed=True) if cfg.covers(shape) else None

@@ -3,9 +3,11 @@ configuration with little Python overhead."""
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 
 import torch
 
+from kernelrl.gemm.shapes import Shape
 from kernelrl.gemm.space import NUM_SMS, SPLITK_MAX_OUTPUT, SplitKConfig, TiledConfig, TritonConfig
 from kernelrl.gemm.streams import PerStream
 
@@ -114,13 +116,19 @@ def make_launcher(cfg: TritonConfig, m: int, n: int, k: int, acc_fp16: bool = Fa
 def make_tiled_launcher(cfg: TiledConfig, m: int, n: int, k: int):
     """A function (a, b, c) -> None running the Triton tiled kernel for an m x n x k problem into c (row-major,
     contiguous). Like `make_launcher`, the first call compiles and later calls launch the compiled kernel
-    directly."""
-    from kernelrl.gemm.kernels.triton_tiled import matmul_tiled
+    directly. A fixed configuration (`TiledConfig.fixed`) is compiled for this shape, which its tiles must cover."""
+    if cfg.fixed and not cfg.covers(Shape(m, n, k)):
+        raise ValueError(f"{cfg.name} is compiled for shapes its {cfg.bm}x{cfg.bn}x{cfg.bk} tiles cover exactly; "
+                         f"{m}x{n}x{k} is not one: use {replace(cfg, fixed=False).name}")
+    from kernelrl.gemm.kernels.triton_tiled import matmul_tiled, matmul_tiled_fixed
 
     grid = (-(-m // cfg.bm) * -(-n // cfg.bn),)
-    meta = dict(BM=cfg.bm, BN=cfg.bn, BK=cfg.bk, GROUP_M=8, EVEN_K=k % cfg.bk == 0)
+    # the launch passes every argument, constexprs too (Triton's launcher skips them): for the fixed kernel the
+    # sizes and strides below are its constexprs
+    meta = dict(BM=cfg.bm, BN=cfg.bn, BK=cfg.bk, GROUP_M=8, EVEN_K=k % cfg.bk == 0,
+                EVEN_MN=m % cfg.bm == 0 and n % cfg.bn == 0)
     constexprs = tuple(meta.values())
-    jit = matmul_tiled[grid]
+    jit = (matmul_tiled_fixed if cfg.fixed else matmul_tiled)[grid]
     raw_stream = torch._C._cuda_getCurrentRawStream
     compiled = []
 

@@ -22,10 +22,10 @@ import torch
 from kernelrl.gemm import check as chk
 from kernelrl.gemm.registry import make_launcher
 from kernelrl.gemm.shapes import Shape
-from kernelrl.gemm.space import (CutlassVariant, clusterk_candidates, clusterk_fill_candidates,
-                                 clusterk_small_candidates, cutlass_candidates, cutlass_epi_candidates,
-                                 cutlass_runtime_variants, roofline_us, splitk_candidates, tiled_candidates,
-                                 triton_candidates)
+from kernelrl.gemm.space import (FIXED_SUFFIX, CutlassVariant, TiledConfig, clusterk_candidates,
+                                 clusterk_fill_candidates, clusterk_small_candidates, cutlass_candidates,
+                                 cutlass_epi_candidates, cutlass_runtime_variants, roofline_us, splitk_candidates,
+                                 tiled_candidates, tiled_fixed_variant, triton_candidates)
 from kernelrl.gemm.timing import Inputs, calls_for, paired_ratio_ci, time_graph, time_graphs_placed
 
 DTYPE_NAMES = {"fp16": torch.float16, "bf16": torch.bfloat16}
@@ -382,6 +382,23 @@ def retime(path: Path, pattern: str, within: float = 1.1, top: int = 2, shapes: 
     return _revisit(path, names, tag, shapes, opt, deadline_s, log, dtype)
 
 
+def _close_variants(path: Path, tag: str, matches, variants, within: float, top: int, reference,
+                    shapes: list[Shape] | None, opt: TuneOptions, deadline_s: float, log, dtype: str | None) -> int:
+    """On every recorded shape (of `dtype`, if given): take its `top` fastest recorded candidates whose name
+    `matches` and that took at most `within` times `reference(record)`, time the names `variants(name, shape)`
+    gives for them (those not recorded yet) with the shape's finalists, and choose the winner afresh. Records
+    visited carry `tag` and are not visited again; resumes like `augment`; returns the number of shapes left."""
+    def names(s: Shape, record: dict) -> list[str] | None:
+        if tag in record.get("augmented", []):
+            return None
+        bases = [n for us, n in _timed(record, matches)[:top] if us <= within * reference(record)]
+        new = [n for n in dict.fromkeys(v for b in bases for v in variants(b, s))
+               if n not in record.get("candidates", {})]
+        return new or None
+
+    return _revisit(path, names, tag, shapes, opt, deadline_s, log, dtype)
+
+
 CUTLASS_RUNTIME = "cutlass-runtime"  # the tag of records whose CUTLASS run-time neighbours were searched
 
 
@@ -391,18 +408,31 @@ def cutlass_runtime(path: Path, within: float = 1.03, top: int = 2, shapes: list
     """On every recorded shape (of `dtype`, if given) whose fastest recorded CUTLASS candidates took at most
     `within` times the winner's time: time the run-time neighbours (`space.cutlass_runtime_variants`: raster
     order and swizzle, nothing to compile) of its `top` fastest such candidates with the shape's finalists, and
-    choose the winner afresh. Records visited carry `tag` and are not visited again; resumes like `augment`;
-    returns the number of shapes left."""
-    def names(s: Shape, record: dict) -> list[str] | None:
-        if tag in record.get("augmented", []):
-            return None
-        timed = _timed(record, lambda n: n.startswith("cutlass:"))
-        bases = [n for us, n in timed[:top] if us <= within * record["best_us"]]
-        new = [v.name for n in bases for v in cutlass_runtime_variants(CutlassVariant.parse(n), s)]
-        new = [n for n in dict.fromkeys(new) if n not in record.get("candidates", {})]
-        return new or None
+    choose the winner afresh (`_close_variants`)."""
+    return _close_variants(
+        path, tag, lambda n: n.startswith("cutlass:"),
+        lambda n, s: [v.name for v in cutlass_runtime_variants(CutlassVariant.parse(n), s)],
+        within, top, lambda record: record["best_us"], shapes, opt, deadline_s, log, dtype)
 
-    return _revisit(path, names, tag, shapes, opt, deadline_s, log, dtype)
+
+TILED_FIXED = "tiled-fixed"  # the tag of records whose tiled kernels were searched with their sizes compiled in
+
+
+def tiled_fixed(path: Path, within: float = 1.10, top: int = 2, shapes: list[Shape] | None = None,
+                opt: TuneOptions = TuneOptions(), deadline_s: float = math.inf, log=print,
+                dtype: str | None = None, tag: str = TILED_FIXED) -> int:
+    """On every recorded shape (of `dtype`, if given) whose fastest recorded tiled candidates took at most
+    `within` times its fastest recorded candidate (the same harness; the winner's final time is taken another
+    way): time the fixed variants (`space.tiled_fixed_variant`: the shape's sizes compiled in, where the tiles
+    cover it) of its `top` fastest such candidates with the shape's finalists, and choose the winner afresh
+    (`_close_variants`)."""
+    def fixed(name: str, s: Shape) -> list[str]:
+        v = tiled_fixed_variant(TiledConfig.parse(name), s)
+        return [v.name] if v else []
+
+    return _close_variants(
+        path, tag, lambda n: n.startswith("tiled:") and not n.endswith(FIXED_SUFFIX), fixed, within, top,
+        lambda record: _timed(record, lambda n: True)[0][0], shapes, opt, deadline_s, log, dtype)
 
 
 NEIGHBOURS = "lt-neighbours"  # the tag of records whose cuBLASLt neighbourhood `neighbourhood` searched
