@@ -106,10 +106,9 @@ class TiledConfig(_Tile):
     @classmethod
     def parse(cls, name: str) -> "TiledConfig":
         """Inverse of `name`."""
-        body = name.split(":", 1)[-1]
-        fixed = body.endswith(FIXED_SUFFIX)
         try:
-            return cls(*_tile_fields(body.removesuffix(FIXED_SUFFIX)), fixed=fixed)
+            body = name.split(":", 1)[1]
+            return cls(*_tile_fields(body.removesuffix(FIXED_SUFFIX)), fixed=body.endswith(FIXED_SUFFIX))
         except (ValueError, IndexError) as e:
             raise ValueError(f"malformed tiled kernel name {name!r}: expected "
                              f"tiled:<BM>x<BN>x<BK>_s<stages>_w<warps>[{FIXED_SUFFIX}]") from e
@@ -771,7 +770,8 @@ def tiled_candidates(shape: Shape, top: int = 24) -> list[TiledConfig]:
 
 def tiled_fixed_variant(cfg: TiledConfig, shape: Shape) -> TiledConfig | None:
     """`cfg` with the shape's sizes compiled in, where its tiles cover the shape exactly (None elsewhere). On the
-    H200 that took 2-10% off the tiled kernel on most launch-bound shapes (wgmma tiles, and one K step) and added
-    up to 20% on others (several K steps of the 2-warp tiles), so the search decides per shape
-    (benchmarks/results/gemm_h200_findings.md)."""
+    H200 that took 3-10% off the tiled kernel on most launch-bound shapes (the wgmma tiles, and single K steps) and
+    added up to 20% on others (the 2-warp 32x32x128 tile over several K steps), so the search decides per shape
+    (benchmarks/results/gemm_h200_findings.md, "The tiled kernel without edge handling, and compiled for its
+    shape")."""
     return replace(cfg, fixed=True) if cfg.covers(shape) else None
