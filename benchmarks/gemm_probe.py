@@ -1130,7 +1130,7 @@ def summarise(res: dict) -> list[str]:
             groups.setdefault(("committed tiled" if e["kernel"].startswith("tiled:") else "other",), []).append(e)
             groups.setdefault(("tile", "x".join(map(str, e["cfg"][:3])) + f" w{e['cfg'][3]}",
                                f"{e['k'] // e['cfg'][2]} K steps"), []).append(e)
-        lines.append("tiled_lean: paired geomean over the edge-handling kernel of: even, const, the better of the two")
+        lines.append("tiled_lean: paired geomean over the edge-handling kernel of: even, const, the better of two")
         for key, es in groups.items():
             lines.append(f"  {' '.join(key)} ({len(es)}): {g([e['vs_tiled']['even'] for e in es]):.3f} "
                          f"{g([e['vs_tiled']['const'] for e in es]):.3f} "

@@ -1,7 +1,7 @@
 """GPU specifications of the Triton tiled family and of per-stream workspaces: every tiled configuration is
-correct on ragged and even shapes and in CUDA graphs, and so is each compiled for a shape its tiles cover; cuBLASLt and CUTLASS kernels that use a workspace get
-one per CUDA stream, so two streams running them at once stay correct, and a graph captured on a stream the
-launcher has not seen takes the spare made ahead of time."""
+correct on ragged and even shapes and in CUDA graphs, and so is each compiled for a shape its tiles cover;
+cuBLASLt and CUTLASS kernels that use a workspace get one per CUDA stream, so two streams running them at once
+stay correct, and a graph captured on a stream the launcher has not seen takes the spare made ahead of time."""
 import pytest
 import torch
 
@@ -32,7 +32,8 @@ def test_every_tiled_configuration_is_correct(dtype, shape):
 
 
 @hopper
-@pytest.mark.parametrize("name", ["tiled:32x64x128_s4_w2", "tiled:32x64x128_s4_w2_fixed", "tiled:64x64x128_s3_w4_fixed"])
+@pytest.mark.parametrize("name", ["tiled:32x64x128_s4_w2", "tiled:32x64x128_s4_w2_fixed",
+                                  "tiled:64x64x128_s3_w4_fixed"])
 def test_tiled_kernel_replays_in_a_cuda_graph_with_new_inputs(name):
     import triton
 

@@ -114,15 +114,24 @@ def _surely_below(rows: list[dict], hi_col: str, bound: float = GOALS["worst_vs_
     return sum(float(h) < bound for h in his if h)
 
 
+def size_classes(rows: list[dict]) -> list[tuple[str, list[dict]]]:
+    """(class name, its rows) per class of torch.matmul's device time (`SIZE_CLASSES`), empty classes left out."""
+    classes = [(f"{lo}-{hi} us", [r for r in rows if lo <= _f(r, "torch_us") < hi]) for lo, hi in SIZE_CLASSES]
+    return [(name, rs) for name, rs in classes if rs]
+
+
+def families(rows: list[dict]) -> dict[str, list[dict]]:
+    """{kernel family: its rows}, by family name (the part of the kernel's name before the colon)."""
+    out: dict[str, list[dict]] = {}
+    for r in rows:
+        out.setdefault(r["kernel"].split(":", 1)[0], []).append(r)
+    return dict(sorted(out.items()))
+
+
 def by_size(rows: list[dict]) -> list[tuple[str, int, float, float]]:
     """(torch time class, shapes, geomean vs torch, geomean vs cuBLASLt autotune) per class."""
-    out = []
-    for lo, hi in SIZE_CLASSES:
-        rs = [r for r in rows if lo <= _f(r, "torch_us") < hi]
-        if rs:
-            out.append((f"{lo}-{hi} us", len(rs), geomean(speedups(rs)),
-                        geomean(speedups(rs, over="cublaslt_autotune"))))
-    return out
+    return [(name, len(rs), geomean(speedups(rs)), geomean(speedups(rs, over="cublaslt_autotune")))
+            for name, rs in size_classes(rows)]
 
 
 def gap_by(rows: list[dict], groups: list[tuple[str, list[dict]]], target: float = GOALS["vs_torch"]
@@ -136,8 +145,6 @@ def gap_by(rows: list[dict], groups: list[tuple[str, list[dict]]], target: float
     total = sum(math.log(target / x) for x in sp.values())
     out = []
     for name, rs in groups:
-        if not rs:
-            continue
         own = sum(math.log(target / sp[id(r)]) for r in rs)
         out.append((name, len(rs), geomean([sp[id(r)] for r in rs]), own / total if total else float("nan"),
                     math.exp(math.log(target) - (total - max(own, 0.0)) / len(sp))))
@@ -149,16 +156,12 @@ def _gap_lines(rows: list[dict], s: Summary) -> list[str]:
     if s.goal_met()["vs_torch"]:
         return []
     target = GOALS["vs_torch"]
-    fams: dict[str, list] = {}
-    for r in rows:
-        fams.setdefault(r["kernel"].split(":", 1)[0], []).append(r)
-    sizes = [(f"{lo}-{hi} us", [r for r in rows if lo <= _f(r, "torch_us") < hi]) for lo, hi in SIZE_CLASSES]
     lines = ["## Where the speedup goal is missed", "",
              f"The geomean vs torch.matmul is {s.vs_torch:.3f}, {target - s.vs_torch:.3f} short of {target} "
              f"({(target - s.vs_torch) / target:.1%} of the target). Each group's share of the shortfall is its part "
              f"of the sum over all shapes of log({target} / speedup); the last column is the whole geomean if that "
              f"group's geomean were {target}x and the other shapes as measured.", ""]
-    for title, groups in (("torch.matmul device time", sizes), ("kernel family", sorted(fams.items()))):
+    for title, groups in (("torch.matmul device time", size_classes(rows)), ("kernel family", families(rows).items())):
         lines += [f"| {title} | shapes | geomean vs torch | share of the shortfall | whole geomean were it at "
                   f"{target}x |", "|---|---|---|---|---|"]
         lines += [f"| {name} | {n} | {g:.3f} | {share:.0%} | {whole:.3f} |"
@@ -192,10 +195,7 @@ def plot(rows: list[dict], out_dir: Path, prefix: str = "gemm_h200") -> list[Pat
     fig.savefig(p, dpi=110)
     plt.close(fig)
     paths.append(p)
-    fams: dict[str, int] = {}
-    for r in rows:
-        fam = r["kernel"].split(":", 1)[0]
-        fams[fam] = fams.get(fam, 0) + 1
+    fams = {fam: len(rs) for fam, rs in families(rows).items()}
     fig, ax = plt.subplots(figsize=(5, 3))
     ax.bar(list(fams), list(fams.values()))
     ax.set_title("kernel family chosen per shape")
@@ -261,10 +261,7 @@ def markdown(rows: list[dict], plots: list[Path] = ()) -> str:
               f"Shapes at >= 1.05x: {sum(x >= 1.05 for x in sp)}, >= 1.10x: {sum(x >= 1.10 for x in sp)}, "
               f">= 1.20x: {sum(x >= 1.20 for x in sp)}; best {max(sp):.3f}x.", "",
               "| kernel family | shapes | geomean vs torch | geomean vs autotune |", "|---|---|---|---|"]
-    fams: dict[str, list] = {}
-    for r in rows:
-        fams.setdefault(r["kernel"].split(":", 1)[0], []).append(r)
-    for fam, rs in sorted(fams.items()):
+    for fam, rs in families(rows).items():
         lines.append(f"| {fam} | {len(rs)} | {geomean(speedups(rs)):.3f} | "
                      f"{geomean(speedups(rs, over='cublaslt_autotune')):.3f} |")
     lines += ["", "## The ten worst shapes (graph mode)", "",
