@@ -999,10 +999,11 @@ def part_pdl(res: dict, deadline: float) -> None:
 
 def lean_launchers(cfg: tuple, m: int, n: int, k: int) -> dict:
     """{label: () -> launcher (a, b, c)} of the tiled kernel's three forms for a shape its tiles cover: `tiled`, the
-    edge handling on (the kernel as it was before `EVEN_MN`), `even` without it, `const` with the sizes compiled in
-    (`matmul_tiled_fixed`). The run that decided on the last two (gemm_runs/probe_tiled_lean.*) ran them as
-    kernels of its own, written in this file then: for sm_90 the fixed form compiles to as many instructions as
-    that run's `const`, the form without edge handling to within 2% of its `even` (a cdiv and a mask fewer there)."""
+    edge handling on, `even` without it, `const` with the sizes compiled in (`matmul_tiled_fixed`). The run that
+    decided on the last two (gemm_runs/probe_tiled_lean.*) took `tiled` from the source before `EVEN_MN` existed
+    and the other two from kernels of its own, never committed, written the same way: its figures are the
+    evidence for the adopted source only as far as `benchmarks/gemm_sass.py` shows the same machine code
+    (gemm_runs/sass_tiled_session23.txt)."""
     from kernelrl.gemm.kernels.triton_tiled import matmul_tiled, matmul_tiled_fixed
 
     bm, bn, bk, warps, stages = cfg
@@ -1023,25 +1024,27 @@ def lean_shapes(within: float = 1.10, max_us: float = 5.0) -> list[tuple[int, in
     """(m, n, k, tiled configuration): the committed fp16 table's tiled shapes with their configuration, then the
     shapes under `max_us` on torch.matmul whose fastest recorded tiled candidate came within `within` of the
     fastest candidate, with that configuration; only where the tiles cover the output and BK divides K."""
+    from kernelrl.gemm.report import read_rows
+    from kernelrl.gemm.shapes import Shape
     from kernelrl.gemm.space import TiledConfig
+    from kernelrl.gemm.table import read_records
+    from kernelrl.gemm.tune import _timed
 
-    with (ROOT / "benchmarks" / "results" / "gemm_h200.csv").open() as f:
-        rows = {(int(r["m"]), int(r["n"]), int(r["k"])): r for r in csv.DictReader(f) if r["dtype"] == "fp16"}
+    results = ROOT / "benchmarks" / "results"
+    rows = {(int(r["m"]), int(r["n"]), int(r["k"])): r for r in read_rows(results / "gemm_h200.csv")
+            if r["dtype"] == "fp16"}
     picked: dict[tuple, str] = {key: r["kernel"] for key, r in rows.items() if r["kernel"].startswith("tiled:")}
-    with gzip.open(ROOT / "benchmarks" / "results" / "gemm_tune_h200.jsonl.gz", "rt") as f:
-        for line in f:
-            rec = json.loads(line)
-            key = (rec["m"], rec["n"], rec["k"])
-            if rec["dtype"] != "fp16" or key in picked or float(rows[key]["torch_us"]) >= max_us:
-                continue
-            timed = [(v["us"], name) for name, v in rec["candidates"].items() if "us" in v and v.get("ok")]
-            tiled = [t for t in timed if t[1].startswith("tiled:")]
-            if tiled and min(tiled)[0] <= within * min(timed)[0]:
-                picked[key] = min(tiled)[1]
+    for rec in read_records(results / "gemm_tune_h200.jsonl.gz"):
+        key = (rec["m"], rec["n"], rec["k"])
+        if rec["dtype"] != "fp16" or key in picked or float(rows[key]["torch_us"]) >= max_us:
+            continue
+        tiled = _timed(rec, lambda n: n.startswith("tiled:"))
+        if tiled and tiled[0][0] <= within * _timed(rec, lambda n: True)[0][0]:
+            picked[key] = tiled[0][1]
     out = []
     for (m, n, k), name in sorted(picked.items(), key=lambda kv: float(rows[kv[0]]["torch_us"])):
         c = TiledConfig.parse(name)
-        if m % c.bm == 0 and n % c.bn == 0 and k % c.bk == 0:
+        if c.covers(Shape(m, n, k)):
             out.append((m, n, k, (c.bm, c.bn, c.bk, c.warps, c.stages)))
     return out
 

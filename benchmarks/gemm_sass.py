@@ -8,7 +8,7 @@ nothing.
     python benchmarks/gemm_sass.py > after.txt    # at the other
     diff before.txt after.txt
 
-Needs Triton (the `gemm` extra) and its bundled `cuobjdump`; compiles 72 kernels (about 75 s on two cores).
+Needs Triton (the `gemm` extra) and its bundled `cuobjdump`; compiles 144 kernels (about 150 s on two cores).
 
 `--clusterk SOURCE` does the same for the CUDA cluster split-K family: every configuration the search uses,
 compiled by nvcc from SOURCE (a copy of kernels/cluster_splitk.cu at any revision) with the build's own command,
@@ -52,20 +52,32 @@ def _bundled_cuobjdump() -> str:
     return str(Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump")
 
 
+# the shape the tiled kernel's fixed form is compiled for here: every tiled configuration covers it
+FIXED_SHAPE = (512, 512, 1024)
+
+
 def kernels():
-    """(label, jit function, signature, constexprs, options) for every configuration of the three families."""
+    """(label, jit function, signature, constexprs, options) for every configuration of the three families. A tiled
+    configuration is compiled with and without K masks, each with and without its edge handling in M and N (the
+    form with it keeps the label it had before `EVEN_MN` existed), and in its fixed form for FIXED_SHAPE."""
     from kernelrl.gemm import space
     from kernelrl.gemm.kernels.triton_splitk import matmul_splitk
-    from kernelrl.gemm.kernels.triton_tiled import matmul_tiled
+    from kernelrl.gemm.kernels.triton_tiled import matmul_tiled, matmul_tiled_fixed
     from kernelrl.gemm.kernels.triton_tma import matmul_tma_persistent
 
     ptr = {n: "*fp16" for n in ("a_ptr", "b_ptr", "c_ptr")}
     ints = ("M", "N", "K")
     for c in space.TILED_CONFIGS:
         sig = {**ptr, **{n: "i32" for n in (*ints, "stride_am", "stride_bk", "stride_cm")}}
+        opts = dict(num_warps=c.warps, num_stages=c.stages)
         for even in (True, False):
-            const = dict(BM=c.bm, BN=c.bn, BK=c.bk, GROUP_M=8, EVEN_K=even)
-            yield f"{c.name} EVEN_K={even}", matmul_tiled, sig, const, dict(num_warps=c.warps, num_stages=c.stages)
+            for even_mn in (False, True):
+                const = dict(BM=c.bm, BN=c.bn, BK=c.bk, GROUP_M=8, EVEN_K=even, EVEN_MN=even_mn)
+                yield f"{c.name} EVEN_K={even}{' EVEN_MN' if even_mn else ''}", matmul_tiled, sig, const, opts
+        m, n, k = FIXED_SHAPE
+        const = dict(M=m, N=n, K=k, stride_am=k, stride_bk=n, stride_cm=n, BM=c.bm, BN=c.bn, BK=c.bk, GROUP_M=8,
+                     EVEN_K=True, EVEN_MN=True)
+        yield f"{c.name}_fixed {m}x{n}x{k}", matmul_tiled_fixed, ptr, const, opts
     for c in space.SPLITK_TILES:
         sig = {**ptr, "ws_ptr": "*fp32", "cnt_ptr": "*i32", **{n: "i32" for n in (*ints, "k_chunk", "splits")}}
         for reduce in (True, False):

@@ -391,7 +391,8 @@ def _close_variants(path: Path, tag: str, matches, variants, within: float, top:
     def names(s: Shape, record: dict) -> list[str] | None:
         if tag in record.get("augmented", []):
             return None
-        bases = [n for us, n in _timed(record, matches)[:top] if us <= within * reference(record)]
+        limit = within * reference(record)
+        bases = [n for us, n in _timed(record, matches)[:top] if us <= limit]
         new = [n for n in dict.fromkeys(v for b in bases for v in variants(b, s))
                if n not in record.get("candidates", {})]
         return new or None
