@@ -1433,6 +1433,29 @@ def test_report_says_by_how_much_and_where_the_speedup_goal_is_missed(tmp_path):
     assert "## Where the speedup goal is missed" not in markdown(read_rows(_csv(tmp_path, speedup=1.2)))
 
 
+def test_the_shortfall_is_split_by_what_bounds_each_shape_with_torch_matmuls_own_rates(tmp_path):
+    from kernelrl.gemm.report import shape_kinds, torch_rates
+
+    rows = read_rows(_csv(tmp_path, speedup=1.01))  # 64x64x64 in 3 us, 4096^3 in 6 us, 64x64x16384 in 9 us
+    def row(m, n, k, us):
+        return {**rows[1], "m": str(m), "n": str(n), "k": str(k), "torch_us": str(us)}
+    more = [row(8192, 8192, 128, 40.0), row(128, 8192, 8192, 40.0), row(8192, 256, 4096, 20.0)]
+    kinds = dict(shape_kinds(rows + more))
+    assert [r["m"] + "x" + r["n"] + "x" + r["k"] for r in kinds["launch-bound: torch.matmul under 5 us"]] == ["64x64x64"]
+    assert [r["k"] for r in kinds["small output (at most 256x256), deep K"]] == ["16384"]
+    assert [r["k"] for r in kinds["write-bound: K <= 256"]] == ["128"]  # K decides before the output's sides
+    assert [(r["m"], r["n"]) for r in kinds["skinny: M or N <= 256"]] == [("128", "8192"), ("8192", "256")]
+    assert [r["m"] for r in kinds["large: compute-bound"]] == ["4096"]
+    assert sum(len(rs) for rs in kinds.values()) == 6
+    tflops, tbs = torch_rates(rows[1:2])
+    assert tflops == pytest.approx(2 * 4096 ** 3 / 6.0 / 1e6) and tbs == pytest.approx(2 * 3 * 4096 ** 2 / 6.0 / 1e6)
+    tflops2, _ = torch_rates(rows[1:3])
+    assert tflops2 == pytest.approx((tflops * 2 * 64 * 64 * 16384 / 9.0 / 1e6) ** 0.5)  # a geomean over the rows
+    md = markdown(rows)
+    assert "| what bounds the shape | shapes |" in md and "| large: compute-bound | 1 | 1.010 |" in md
+    assert f"| {tflops:.0f} | {tbs:.2f} |" in md  # the large shape's own rates, in the last two columns
+
+
 def test_report_names_the_dtype_the_file_measured(tmp_path):
     rows = read_rows(_csv(tmp_path, speedup=1.01))
     for r in rows:

@@ -128,6 +128,29 @@ def families(rows: list[dict]) -> dict[str, list[dict]]:
     return dict(sorted(out.items()))
 
 
+def shape_kinds(rows: list[dict]) -> list[tuple[str, list[dict]]]:
+    """(kind, its rows) by what bounds a shape, the first that applies: torch.matmul's time under 5 us (the launch),
+    an output of at most 256x256 (a deep K over few tiles), K of at most 256 (writing C), a side of at most 256
+    (reading the larger operand), and the rest (the tensor cores). Empty kinds left out."""
+    def kind(r: dict) -> int:
+        m, n, k = int(r["m"]), int(r["n"]), int(r["k"])
+        return next(i for i, hit in enumerate((_f(r, "torch_us") < 5, m * n <= 256 * 256, k <= 256,
+                                                min(m, n) <= 256, True)) if hit)
+    names = ("launch-bound: torch.matmul under 5 us", "small output (at most 256x256), deep K", "write-bound: K <= 256",
+             "skinny: M or N <= 256", "large: compute-bound")
+    groups = [(name, [r for r in rows if kind(r) == i]) for i, name in enumerate(names)]
+    return [(name, rs) for name, rs in groups if rs]
+
+
+def torch_rates(rows: list[dict]) -> tuple[float, float]:
+    """Geomean over `rows` of torch.matmul's own rates: TFLOP/s, and TB/s counting A, B and C once each (2-byte
+    elements)."""
+    def sizes(r: dict) -> tuple[int, int, int]:
+        return int(r["m"]), int(r["n"]), int(r["k"])
+    return (geomean([2 * m * n * k / _f(r, "torch_us") / 1e6 for r in rows for m, n, k in [sizes(r)]]),
+            geomean([2 * (m * k + k * n + m * n) / _f(r, "torch_us") / 1e6 for r in rows for m, n, k in [sizes(r)]]))
+
+
 def by_size(rows: list[dict]) -> list[tuple[str, int, float, float]]:
     """(torch time class, shapes, geomean vs torch, geomean vs cuBLASLt autotune) per class."""
     return [(name, len(rs), geomean(speedups(rs)), geomean(speedups(rs, over="cublaslt_autotune")))
@@ -160,12 +183,17 @@ def _gap_lines(rows: list[dict], s: Summary) -> list[str]:
              f"The geomean vs torch.matmul is {s.vs_torch:.3f}, {target - s.vs_torch:.3f} short of {target} "
              f"({(target - s.vs_torch) / target:.1%} of the target). Each group's share of the shortfall is its part "
              f"of the sum over all shapes of log({target} / speedup); the last column is the whole geomean if that "
-             f"group's geomean were {target}x and the other shapes as measured.", ""]
-    for title, groups in (("torch.matmul device time", size_classes(rows)), ("kernel family", families(rows).items())):
+             f"group's geomean were {target}x and the other shapes as measured. The rates are torch.matmul's own "
+             f"(geomean over the group; A, B and C counted once each): where it already runs near the GPU's "
+             f"tensor-core or memory rate, a faster kernel has little room.", ""]
+    tables = (("torch.matmul device time", size_classes(rows)), ("kernel family", list(families(rows).items())),
+              ("what bounds the shape", shape_kinds(rows)))
+    for title, groups in tables:
         lines += [f"| {title} | shapes | geomean vs torch | share of the shortfall | whole geomean were it at "
-                  f"{target}x |", "|---|---|---|---|---|"]
-        lines += [f"| {name} | {n} | {g:.3f} | {share:.0%} | {whole:.3f} |"
-                  for name, n, g, share, whole in gap_by(rows, groups, target)]
+                  f"{target}x | torch.matmul TFLOP/s | torch.matmul TB/s |", "|---|---|---|---|---|---|---|"]
+        lines += [f"| {name} | {n} | {g:.3f} | {share:.0%} | {whole:.3f} | {tf:.0f} | {tb:.2f} |"
+                  for (name, n, g, share, whole), (_, rs) in zip(gap_by(rows, groups, target), groups)
+                  for tf, tb in [torch_rates(rs)]]
         lines.append("")
     return lines
 
