@@ -1439,11 +1439,11 @@ def test_the_shortfall_is_split_by_what_bounds_each_shape_with_torch_matmuls_own
     rows = read_rows(_csv(tmp_path, speedup=1.01))  # 64x64x64 in 3 us, 4096^3 in 6 us, 64x64x16384 in 9 us
     def row(m, n, k, us):
         return {**rows[1], "m": str(m), "n": str(n), "k": str(k), "torch_us": str(us)}
-    more = [row(8192, 8192, 128, 40.0), row(128, 8192, 8192, 40.0), row(8192, 256, 4096, 20.0)]
+    more = [row(8192, 128, 256, 40.0), row(128, 8192, 8192, 40.0), row(8192, 256, 4096, 20.0)]
     kinds = dict(shape_kinds(rows + more))
     assert [r["m"] + "x" + r["n"] + "x" + r["k"] for r in kinds["launch-bound: torch.matmul under 5 us"]] == ["64x64x64"]
     assert [r["k"] for r in kinds["small output (at most 256x256), deep K"]] == ["16384"]
-    assert [r["k"] for r in kinds["write-bound: K <= 256"]] == ["128"]  # K decides before the output's sides
+    assert [r["k"] for r in kinds["write-bound: K <= 256"]] == ["256"]  # K decides before the output's sides
     assert [(r["m"], r["n"]) for r in kinds["skinny: M or N <= 256"]] == [("128", "8192"), ("8192", "256")]
     assert [r["m"] for r in kinds["large: compute-bound"]] == ["4096"]
     assert sum(len(rs) for rs in kinds.values()) == 6

@@ -128,27 +128,38 @@ def families(rows: list[dict]) -> dict[str, list[dict]]:
     return dict(sorted(out.items()))
 
 
+# What bounds a shape, in the order a shape is classed (the first that applies): (name, test on the row and its sizes).
+SHAPE_KINDS = (
+    ("launch-bound: torch.matmul under 5 us", lambda r, m, n, k: _f(r, "torch_us") < 5),
+    ("small output (at most 256x256), deep K", lambda r, m, n, k: m * n <= 256 * 256),
+    ("write-bound: K <= 256", lambda r, m, n, k: k <= 256),
+    ("skinny: M or N <= 256", lambda r, m, n, k: min(m, n) <= 256),
+    ("large: compute-bound", lambda r, m, n, k: True),
+)
+
+
+def _sizes(r: dict) -> tuple[int, int, int]:
+    return int(r["m"]), int(r["n"]), int(r["k"])
+
+
 def shape_kinds(rows: list[dict]) -> list[tuple[str, list[dict]]]:
-    """(kind, its rows) by what bounds a shape, the first that applies: torch.matmul's time under 5 us (the launch),
-    an output of at most 256x256 (a deep K over few tiles), K of at most 256 (writing C), a side of at most 256
-    (reading the larger operand), and the rest (the tensor cores). Empty kinds left out."""
-    def kind(r: dict) -> int:
-        m, n, k = int(r["m"]), int(r["n"]), int(r["k"])
-        return next(i for i, hit in enumerate((_f(r, "torch_us") < 5, m * n <= 256 * 256, k <= 256,
-                                                min(m, n) <= 256, True)) if hit)
-    names = ("launch-bound: torch.matmul under 5 us", "small output (at most 256x256), deep K", "write-bound: K <= 256",
-             "skinny: M or N <= 256", "large: compute-bound")
-    groups = [(name, [r for r in rows if kind(r) == i]) for i, name in enumerate(names)]
-    return [(name, rs) for name, rs in groups if rs]
+    """(kind, its rows) by what bounds a shape (`SHAPE_KINDS`): the launch, a deep K over few output tiles, writing
+    C, reading a skinny product's larger operand, the tensor cores. Empty kinds left out."""
+    groups: dict[str, list[dict]] = {name: [] for name, _ in SHAPE_KINDS}
+    for r in rows:
+        groups[next(name for name, hit in SHAPE_KINDS if hit(r, *_sizes(r)))].append(r)
+    return [(name, rs) for name, rs in groups.items() if rs]
 
 
 def torch_rates(rows: list[dict]) -> tuple[float, float]:
     """Geomean over `rows` of torch.matmul's own rates: TFLOP/s, and TB/s counting A, B and C once each (2-byte
     elements)."""
-    def sizes(r: dict) -> tuple[int, int, int]:
-        return int(r["m"]), int(r["n"]), int(r["k"])
-    return (geomean([2 * m * n * k / _f(r, "torch_us") / 1e6 for r in rows for m, n, k in [sizes(r)]]),
-            geomean([2 * (m * k + k * n + m * n) / _f(r, "torch_us") / 1e6 for r in rows for m, n, k in [sizes(r)]]))
+    flops, moved = [], []
+    for r in rows:
+        (m, n, k), us = _sizes(r), _f(r, "torch_us")
+        flops.append(2 * m * n * k / us / 1e6)
+        moved.append(2 * (m * k + k * n + m * n) / us / 1e6)
+    return geomean(flops), geomean(moved)
 
 
 def by_size(rows: list[dict]) -> list[tuple[str, int, float, float]]:
@@ -191,9 +202,9 @@ def _gap_lines(rows: list[dict], s: Summary) -> list[str]:
     for title, groups in tables:
         lines += [f"| {title} | shapes | geomean vs torch | share of the shortfall | whole geomean were it at "
                   f"{target}x | torch.matmul TFLOP/s | torch.matmul TB/s |", "|---|---|---|---|---|---|---|"]
-        lines += [f"| {name} | {n} | {g:.3f} | {share:.0%} | {whole:.3f} | {tf:.0f} | {tb:.2f} |"
-                  for (name, n, g, share, whole), (_, rs) in zip(gap_by(rows, groups, target), groups)
-                  for tf, tb in [torch_rates(rs)]]
+        for (name, n, g, share, whole), (_, rs) in zip(gap_by(rows, groups, target), groups):
+            tflops, tbs = torch_rates(rs)
+            lines.append(f"| {name} | {n} | {g:.3f} | {share:.0%} | {whole:.3f} | {tflops:.0f} | {tbs:.2f} |")
         lines.append("")
     return lines
 
