@@ -401,6 +401,7 @@ def test_the_fixed_tiled_search_takes_the_fastest_tiled_candidates_close_to_the_
     record["candidates"]["tiled:32x32x64_s3_w1"]["us"] = 3.3
     assert names_for(s, record) is None
     assert names_for(s, {**record, "augmented": [tn.TILED_FIXED]}) is None  # visited
+    assert names_for(s, {"best_us": 2.0, "candidates": {"torch": {"ok": False, "why": "timed out"}}}) is None
 
 
 def test_tiled_search_is_for_launch_bound_shapes_only_and_keeps_tiles_within_the_output():

@@ -391,8 +391,11 @@ def _close_variants(path: Path, tag: str, matches, variants, within: float, top:
     def names(s: Shape, record: dict) -> list[str] | None:
         if tag in record.get("augmented", []):
             return None
+        timed = _timed(record, matches)[:top]
+        if not timed:
+            return None
         limit = within * reference(record)
-        bases = [n for us, n in _timed(record, matches)[:top] if us <= limit]
+        bases = [n for us, n in timed if us <= limit]
         new = [n for n in dict.fromkeys(v for b in bases for v in variants(b, s))
                if n not in record.get("candidates", {})]
         return new or None
