@@ -1,0 +1,47 @@
+"""Judging many candidates: a scheduler hands (task, candidate, policy) jobs to evaluators and returns Verdicts.
+
+Two backends sit behind one interface, and callers (bench, optimize, train, serve) do not know which runs:
+- `LocalScheduler` (`kernelrl.scale.local`): this machine's devices, nothing to install; the CPU stage (checks,
+  builds, worker start-up) runs ahead of each device's GPU stage (correctness and timing, back to back).
+- `RayScheduler` (`kernelrl.scale.ray_backend`, extra `kernelrl[ray]`): one evaluator actor per GPU of a Ray
+  cluster, builds as CPU tasks, jobs retried elsewhere when a worker, actor or node dies.
+"""
+from __future__ import annotations
+
+from concurrent.futures import Future
+from dataclasses import asdict, dataclass, field
+from typing import Protocol
+
+from kernelrl.task import Candidate, Task
+from kernelrl.verdict import Verdict
+
+
+@dataclass(frozen=True)
+class SchedulerStats:
+    """Progress of a scheduler since it started: what a console line and `/metrics` show."""
+
+    queued: int = 0                      # submitted, not yet on a device
+    running: int = 0                     # on a device now (or in its CPU stage)
+    done: int = 0                        # verdicts returned
+    retried: int = 0                     # jobs re-run after a worker, actor or node died under them
+    elapsed_s: float = 0.0               # since the scheduler started
+    verdicts_per_minute: float = 0.0     # over the last few minutes
+    device_busy: dict[str, float] = field(default_factory=dict)  # device -> fraction of wall time in GPU stage
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+class Scheduler(Protocol):
+    """Judges jobs on some set of devices; each job's Verdict arrives exactly once, through its Future."""
+
+    def submit(self, task: Task, candidate: Candidate, policy: str | None = None) -> "Future[Verdict]":
+        """Queue one evaluation; `policy` overrides the evaluator's precision policy for this job."""
+        ...
+
+    def stats(self) -> SchedulerStats:
+        ...
+
+    def close(self) -> None:
+        """Finish nothing more: stop workers and evaluators (jobs still queued get cancelled Futures)."""
+        ...
