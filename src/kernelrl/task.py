@@ -19,6 +19,10 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 LANGUAGES = ("python", "cuda", "cpp", "triton")
+# Precision policies. "strict": tight fp32 tolerances, reduced-precision math rejected. "kernelbench":
+# KernelBench's atol = rtol = 1e-2, reduced-precision math (TF32, autocast, bf16/fp16 compute) allowed and
+# reported as a warning. Exploits (constant, cached or lazy outputs) are rejected under both.
+POLICIES = ("strict", "kernelbench")
 
 
 class TaskError(ValueError):
@@ -39,6 +43,15 @@ class TaskMeta:
     suspicious_speedup: float | None = None
     # Inputs whose values are not random data (e.g. index tensors): their positions, never re-drawn.
     fixed_inputs: tuple[int, ...] = ()
+    # Precision policy (POLICIES) this task is judged under, whatever the evaluator's default.
+    policy: str | None = None
+
+    def __post_init__(self):
+        if self.policy is not None:
+            try:
+                check_policy(self.policy)
+            except ValueError as e:
+                raise TaskError(f"task metadata: {e}") from None
 
     @classmethod
     def from_dict(cls, d: dict) -> "TaskMeta":
@@ -151,6 +164,13 @@ class Candidate:
     @classmethod
     def from_dict(cls, d: dict) -> "Candidate":
         return cls(**d)
+
+
+def check_policy(policy: str) -> str:
+    """`policy` if it names a precision policy, else a ValueError naming the choices."""
+    if policy not in POLICIES:
+        raise ValueError(f"policy must be one of {', '.join(POLICIES)}, not {policy!r}")
+    return policy
 
 
 def detect_language(source: str) -> str:

@@ -104,6 +104,7 @@ class Verdict:
     confinement: dict = field(default_factory=dict)
     seconds: float = 0.0  # wall time of the whole evaluation
     phases: dict = field(default_factory=dict)  # seconds spent per phase (start, build, check, time, ...)
+    policy: str = "strict"  # precision policy judged under ("strict" or "kernelbench"); absent in old JSON
 
     def __post_init__(self):
         if self.status not in STATUSES:

@@ -5,6 +5,8 @@ import os
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
+from kernelrl.task import POLICIES, check_policy
+
 
 def default_cache_dir() -> Path:
     """Where builds and baseline timings are cached (override with KERNELRL_CACHE)."""
@@ -36,10 +38,12 @@ class EvalConfig:
     cpu_threads: int = 1                 # CPU workers compute on this many threads (steady timings when shared)
     confine: bool = True                 # Landlock + network namespace where the OS allows
     cache_dir: str = ""                  # "" means default_cache_dir()
+    policy: str = "strict"               # precision policy (POLICIES); a task's own setting takes precedence
 
     def __post_init__(self):
         if self.timing_basis not in TIMING_BASES:
             raise ValueError(f"timing_basis must be one of {TIMING_BASES}, not {self.timing_basis!r}")
+        check_policy(self.policy)
 
     @property
     def cache_path(self) -> Path:
