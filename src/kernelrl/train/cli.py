@@ -29,16 +29,52 @@ def train_command(
     except ConfigError as e:
         typer.secho(f"error: {e}", fg="red", err=True)
         raise typer.Exit(2)
+    missing = missing_train_module()
+    if missing:
+        _fail_missing(missing)
     from kernelrl.train.pipeline import run
 
     try:
         summary = run(cfg, say=lambda s: typer.echo(s, err=True))
     except Exception as e:  # noqa: BLE001 - a CLI prints what went wrong and what to do, not a traceback
+        if isinstance(e, ImportError) and _missing_name(e) in TRAIN_MODULES:
+            _fail_missing(_missing_name(e))
         if isinstance(e, _user_errors()):
             typer.secho(f"error: {e}", fg="red", err=True)
             raise typer.Exit(2)
         raise
     typer.echo(json.dumps(summary.to_dict(), indent=2))
+
+
+TRAIN_MODULES = ("trl", "peft", "transformers", "datasets", "accelerate")  # what the `train` extra installs
+
+
+def missing_train_module() -> str | None:
+    """The first module the `train` extra's packages need that cannot be imported here, or None when all can."""
+    import importlib
+
+    for name in TRAIN_MODULES:
+        try:
+            importlib.import_module(name)
+        except ImportError as e:
+            return _missing_name(e) or name
+    return None
+
+
+def _missing_name(error: BaseException) -> str | None:
+    """The top-level module whose absence caused an ImportError (transformers re-raises it without a name)."""
+    names = []
+    while error is not None:
+        if isinstance(error, ImportError) and error.name:
+            names.append(error.name.split(".")[0])
+        error = error.__cause__ or error.__context__
+    return names[-1] if names else None
+
+
+def _fail_missing(module: str) -> None:
+    typer.secho(f"error: kernelrl train needs the `train` extra ({module} cannot be imported): "
+                f"pip install \"kernelrl[train]\"", fg="red", err=True)
+    raise typer.Exit(2)
 
 
 def _user_errors() -> tuple[type[Exception], ...]:
