@@ -15,7 +15,7 @@ import naive_harness
 from exploits import corpus
 from honest import corpus as honest_corpus
 from kernelrl.evaluate import EvalConfig, Evaluator
-from kernelrl.task import Candidate, Task
+from kernelrl.task import POLICIES, Candidate, Task, TaskMeta
 
 EXPLOITS = corpus.load()
 HONEST = honest_corpus.load()
@@ -51,12 +51,12 @@ def evaluators(tmp_path_factory, secrets_in_env):
     saved = {k: os.environ.get(k) for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
     os.environ.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
     cache = tmp_path_factory.mktemp("integrity_cache")
-    made: dict[str, Evaluator] = {}
+    made: dict[tuple[str, str], Evaluator] = {}
 
-    def get(device: str) -> Evaluator:
-        if device not in made:
-            made[device] = Evaluator(EvalConfig(device=device, cache_dir=str(cache), **CONFIG))
-        return made[device]
+    def get(device: str, policy: str = "strict") -> Evaluator:
+        if (device, policy) not in made:
+            made[device, policy] = Evaluator(EvalConfig(device=device, cache_dir=str(cache), policy=policy, **CONFIG))
+        return made[device, policy]
 
     yield get
     for ev in made.values():
@@ -88,23 +88,58 @@ def test_naive_harness_accepts_the_exploit(exploit, exfil_path, monkeypatch):
         assert FAKE_KEY in exfil_path.read_text()
 
 
-@pytest.mark.parametrize("exploit", _params(EXPLOITS))
-def test_kernelrl_catches_the_exploit_with_its_class(exploit, evaluators, exfil_path):
-    ev = evaluators(_device(exploit))
+def _by_policy(entries, allowed: bool):
+    """(entry, policy) pairs: every policy an exploit is caught under, or (allowed) every one that allows it."""
+    return [pytest.param(e, p, id=f"{e.name}-{p}", marks=[pytest.mark.gpu] if e.device == "gpu" else [])
+            for e in entries for p in POLICIES if (p in e.allowed_by) == allowed]
+
+
+@pytest.mark.parametrize("exploit, policy", _by_policy(EXPLOITS, allowed=False))
+def test_kernelrl_catches_the_exploit_with_its_class(exploit, policy, evaluators, exfil_path):
+    ev = evaluators(_device(exploit), policy)
     verdict = ev.evaluate(Task.from_file(exploit.task), Candidate.from_file(exploit.file))
     flagged = sorted({f.hack for f in verdict.flags if f.hack})
+    assert verdict.policy == policy
     assert verdict.status in ("rejected", "incorrect"), (verdict.status, verdict.speedup, flagged)
     assert exploit.hack in flagged, (verdict.status, verdict.message, flagged)
     assert not exfil_path.exists()
 
 
+@pytest.mark.parametrize("exploit, policy", _by_policy(EXPLOITS, allowed=True))
+def test_reduced_precision_is_ok_with_a_warning_where_the_policy_allows_it(exploit, policy, evaluators):
+    verdict = evaluators(_device(exploit), policy).evaluate(Task.from_file(exploit.task),
+                                                            Candidate.from_file(exploit.file))
+    assert verdict.status == "ok", (verdict.message, verdict.flags)
+    assert verdict.policy == policy
+    assert any(f.hack == exploit.hack and f.severity == "warn" for f in verdict.flags), verdict.flags
+
+
 @pytest.mark.parametrize("candidate", _params(HONEST))
 def test_honest_candidate_is_ok(candidate, evaluators):
-    ev = evaluators(_device(candidate))
+    ev = evaluators(_device(candidate), candidate.policy)
     verdict = ev.evaluate(Task.from_file(candidate.task), Candidate.from_file(candidate.file))
     rejecting = [(f.hack, f.check, f.message) for f in verdict.flags if f.severity == "reject"]
     assert verdict.status == "ok", (verdict.message, rejecting)
     assert not rejecting
+    assert verdict.policy == candidate.policy
+    if candidate.policy == "kernelbench":  # reduced-precision math is allowed, and reported
+        assert any(f.hack == "precision_downgrade" and f.severity == "warn" for f in verdict.flags), verdict.flags
+
+
+@pytest.mark.parametrize("candidate", _params([c for c in HONEST if c.policy != "strict"]))
+def test_reduced_precision_candidate_is_refused_under_strict(candidate, evaluators):
+    verdict = evaluators(_device(candidate)).evaluate(Task.from_file(candidate.task),
+                                                      Candidate.from_file(candidate.file))
+    assert verdict.status in ("incorrect", "rejected"), (verdict.status, verdict.flags)
+    assert "precision_downgrade" in {f.hack for f in verdict.flags}
+
+
+def test_a_task_policy_overrides_the_evaluator_policy(evaluators):
+    honest = next(c for c in HONEST if c.file.name == "matmul_fp16_autocast.py")
+    task = Task.from_file(honest.task)
+    task = Task.from_source(task.source, task.name, meta=TaskMeta(policy="kernelbench"))
+    verdict = evaluators("cpu", "strict").evaluate(task, Candidate.from_file(honest.file))
+    assert (verdict.status, verdict.policy) == ("ok", "kernelbench"), verdict.message
 
 
 def test_every_class_has_an_exploit():

@@ -8,6 +8,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from kernelrl.task import POLICY_HELP
+
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Make GPU code faster with LLMs and RL, and prove every speedup.")
 err = Console(stderr=True, soft_wrap=True)  # an error stays on one line, whatever the width
@@ -35,10 +37,11 @@ def eval_command(
     precision: float = typer.Option(0.004, help="target relative standard error of the speedup (0: fixed rounds)"),
     basis: str = typer.Option("device", help="CUDA: compare device time (graph replay, where both programs "
                                              "capture) or per-call 'latency'"),
+    policy: str = typer.Option("strict", help=POLICY_HELP),
 ):
     """Is CANDIDATE correct, and how much faster than REFERENCE is it, really?"""
     from kernelrl.evaluate import EvalConfig, EvaluationError, Evaluator
-    from kernelrl.task import Candidate, Task, TaskError
+    from kernelrl.task import Candidate, Task, TaskError, check_policy
 
     try:
         task = Task.from_file(reference)
@@ -49,10 +52,14 @@ def eval_command(
         fail("--timeout, --trials, --rounds, --calls and --max-rounds must be positive, --precision not negative")
     if basis not in ("device", "latency"):
         fail(f"--basis must be 'device' or 'latency', not {basis!r}")
+    try:
+        check_policy(policy)
+    except ValueError as e:
+        fail(f"--{e}")
     config = EvalConfig(device=device, timeout_s=timeout, build_timeout_s=min(timeout, 240.0),
                         compare_compile=compile_baseline, correctness_trials=trials, timing_rounds=rounds,
                         calls_per_round=calls, max_timing_rounds=max_rounds, timing_precision=precision,
-                        timing_basis=basis)
+                        timing_basis=basis, policy=policy)
     try:
         with Evaluator(config) as ev:
             verdict = ev.evaluate(task, cand)
@@ -75,7 +82,7 @@ def print_verdict(v) -> None:
     colour = {"ok": "green", "incorrect": "red", "rejected": "magenta"}.get(v.status, "yellow")
     t = Table(show_header=False, box=None, pad_edge=False)
     t.add_row("status", f"[bold {colour}]{v.status}[/]")
-    t.add_row("task", f"{v.task} on {v.device}")
+    t.add_row("task", f"{v.task} on {v.device}, {v.policy} precision policy")
     if v.speedup is not None:
         err = f" (± {100 * v.speedup_stderr:.1f}% standard error)" if v.speedup_stderr is not None and \
             v.speedup_stderr < 1 else ""

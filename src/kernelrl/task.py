@@ -23,6 +23,9 @@ LANGUAGES = ("python", "cuda", "cpp", "triton")
 # KernelBench's atol = rtol = 1e-2, reduced-precision math (TF32, autocast, bf16/fp16 compute) allowed and
 # reported as a warning. Exploits (constant, cached or lazy outputs) are rejected under both.
 POLICIES = ("strict", "kernelbench")
+POLICY_HELP = ("precision policy: strict (fp32 held to ~1e-4, reduced-precision math refused) or kernelbench "
+               "(KernelBench's atol = rtol = 1e-2; TF32, autocast and bf16/fp16 compute allowed and flagged); a "
+               "task's own setting wins")
 
 
 class TaskError(ValueError):

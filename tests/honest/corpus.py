@@ -14,11 +14,12 @@ HERE = Path(__file__).parent
 
 @dataclass(frozen=True)
 class Honest:
-    """One honest candidate, its reference task and where it runs."""
+    """One honest candidate, its reference task, where it runs and the precision policy it is honest under."""
 
     file: Path
     task: Path
     device: str
+    policy: str = "strict"
 
     @property
     def name(self) -> str:
@@ -28,4 +29,5 @@ class Honest:
 def load() -> list[Honest]:
     """Every entry of MANIFEST.toml, paths resolved."""
     data = tomllib.loads((HERE / "MANIFEST.toml").read_text())
-    return [Honest(file=HERE / e["file"], task=HERE / e["task"], device=e["device"]) for e in data["honest"]]
+    return [Honest(file=HERE / e["file"], task=HERE / e["task"], device=e["device"],
+                   policy=e.get("policy", "strict")) for e in data["honest"]]

@@ -16,9 +16,17 @@ TOLERANCES = {
 }
 
 
-def tolerance(dtype: torch.dtype, atol: float | None = None, rtol: float | None = None) -> tuple[float, float]:
-    """(atol, rtol) for outputs of `dtype`, task overrides first; integers and bools must match exactly."""
+# The kernelbench policy: KernelBench's atol = rtol = 1e-2 (never tighter than the strict tolerance of a dtype).
+# atol stays relative to the reference's RMS, so a zero output still fails on outputs of any magnitude.
+KERNELBENCH_TOLERANCE = 1e-2
+
+
+def tolerance(dtype: torch.dtype, atol: float | None = None, rtol: float | None = None,
+              policy: str = "strict") -> tuple[float, float]:
+    """(atol, rtol) for outputs of `dtype` under `policy`, task overrides first; integers and bools match exactly."""
     a, r = TOLERANCES.get(dtype, (0.0, 0.0))
+    if policy == "kernelbench" and dtype in TOLERANCES:
+        a, r = max(a, KERNELBENCH_TOLERANCE), max(r, KERNELBENCH_TOLERANCE)
     return (a if atol is None else atol), (r if rtol is None else rtol)
 
 
@@ -35,13 +43,13 @@ class Mismatch:
 
 
 def compare(out: torch.Tensor, ref: torch.Tensor, atol: float | None = None,
-            rtol: float | None = None) -> Mismatch:
+            rtol: float | None = None, policy: str = "strict") -> Mismatch:
     """Does `out` match `ref` elementwise within |d| <= atol * rms(ref) + rtol * |ref| (no NaN/Inf)?"""
     if out.shape != ref.shape:
         return Mismatch(False, f"shape {tuple(out.shape)} != expected {tuple(ref.shape)}")
     if out.dtype != ref.dtype:
         return Mismatch(False, f"dtype {out.dtype} != expected {ref.dtype}")
-    a, r = tolerance(ref.dtype, atol, rtol)
+    a, r = tolerance(ref.dtype, atol, rtol, policy)
     if not (ref.is_floating_point() or ref.is_complex()):
         bad = int((out != ref).sum())
         return Mismatch(bad == 0, "" if bad == 0 else f"{bad} of {ref.numel()} elements differ",

@@ -49,6 +49,10 @@ class EvalConfig:
     def cache_path(self) -> Path:
         return Path(self.cache_dir) if self.cache_dir else default_cache_dir()
 
+    def policy_for(self, meta) -> str:
+        """The precision policy a task (its TaskMeta) is judged under: its own setting, else this config's."""
+        return getattr(meta, "policy", None) or self.policy
+
     def with_(self, **kw) -> "EvalConfig":
         return replace(self, **kw)
 

@@ -147,7 +147,9 @@ class Evaluator:
             t0 = time.monotonic()
             self._phases = _Phases()
             self._incorrect_message = ""  # set by the comparison that fails, for this evaluation only
-            static = _static_flags(candidate.source, task.source)
+            self._policy = self.config.policy_for(task.meta)
+            self._beyond_strict = ""  # set when outputs pass only the kernelbench policy's tolerance
+            static = [_under_policy(f, self._policy) for f in _static_flags(candidate.source, task.source)]
             try:
                 kw = self._evaluate(task, candidate, t0)
             except _Aborted as a:
@@ -167,7 +169,8 @@ class Evaluator:
                 kw["message"] = "; ".join(f"{f.hack or f.check}: {f.message}" for f in flags
                                           if f.severity == "reject")[:2000]
             return Verdict(status=status, task=task.name, candidate=candidate.digest, device=str(self.device),
-                           flags=flags, seconds=time.monotonic() - t0, phases=self._phases.done(), **kw)
+                           flags=flags, seconds=time.monotonic() - t0, phases=self._phases.done(),
+                           policy=self._policy, **kw)
 
     def time_reference(self, task: Task, compiled: bool = False) -> Timing:
         """Timing of the reference alone (eager, or torch.compile'd), by the method `evaluate` compares on:
@@ -396,6 +399,8 @@ class Evaluator:
                 self._spare = self._start_spare()
 
     _incorrect_message = ""  # why this evaluation's comparison failed (calls are serialised by the lock)
+    _policy = "strict"  # the precision policy of the evaluation under way
+    _beyond_strict = ""  # which output needed the kernelbench policy's looser tolerance, if any
 
     def _ask(self, worker: Worker, op: dict, timeout: float, what: str, build: bool = False):
         """Send an op to a candidate worker; turn every failure into a verdict (raised as _Aborted)."""
@@ -446,12 +451,12 @@ class Evaluator:
             _raise_reference(rh, task)
             trials += 1
             if self._trial_problem(ch, flags, i):
-                return _stats(worst, task, rh, trials), None
+                return _stats(worst, task, rh, trials, self._policy), None
             mutated = sorted(set(ch["inputs_changed"]) - set(rh["inputs_changed"]))
             if mutated:
                 flags.append(Flag("input_mutation", f"{what}: the candidate modified input(s) {mutated}, "
                                                     "which the reference leaves unchanged", hack="input_mutation"))
-                return _stats(worst, task, rh, trials), None
+                return _stats(worst, task, rh, trials, self._policy), None
             if full:
                 m = self._compare_outputs(task, ct, rt, rh["outputs"], ch["outputs"], what)
                 if i == 0:
@@ -466,9 +471,13 @@ class Evaluator:
                     if "NaN" in m.reason:  # outputs are NaN-poisoned once read: handing one back shows as NaN
                         flags.append(Flag("agreement", "the second run returned NaN-poisoned memory: an earlier "
                                                        "output handed back again", hack="result_replay"))
-                return _stats(worst, task, rh, trials), None
+                return _stats(worst, task, rh, trials, self._policy), None
         self._degenerate(first, flags)
-        return _stats(worst, task, first["ref_header"], trials), first
+        if self._beyond_strict:
+            flags.append(Flag("precision", f"{self._beyond_strict}: outside the strict policy's tolerance, within the "
+                                           "kernelbench policy's (reduced-precision math)",
+                              hack="precision_downgrade", severity="warn"))
+        return _stats(worst, task, first["ref_header"], trials, self._policy), first
 
     def _compare_sampled(self, task, ref, cand, rh, ch, left, what) -> cmp.Mismatch:
         """Compare outputs at positions chosen now, after both programs returned (so they could not know them)."""
@@ -482,8 +491,11 @@ class Evaluator:
         for key in sorted(rs):
             k = int(key.split("o")[-1])
             dtype = getattr(torch, rh["dtypes"][k])
-            atol, rtol = cmp.tolerance(dtype, task.meta.atol, task.meta.rtol)
+            atol, rtol = cmp.tolerance(dtype, task.meta.atol, task.meta.rtol, self._policy)
             m = cmp.compare(cs[key], rs[key], atol, rtol)  # float64 samples; scale from the samples' rms
+            if m.ok and self._policy != "strict" and not self._beyond_strict:
+                if not cmp.compare(cs[key], rs[key], *cmp.tolerance(dtype, task.meta.atol, task.meta.rtol)).ok:
+                    self._beyond_strict = f"{what}: output {k} (sampled)"
             if not m.ok:
                 self._incorrect_message = f"{what}: output {k} (sampled): {m.reason}"
                 return cmp.Mismatch(False, self._incorrect_message, m.max_abs, m.max_rel, m.rel_l2,
@@ -511,7 +523,11 @@ class Evaluator:
             m = cmp.Mismatch(True, "")
             dev = self.device  # a GPU compares a gigabyte in milliseconds; outputs arrive on the host
             for k in range(n_ref):
-                mk = cmp.compare(ct[f"out{k}"].to(dev), rt[f"out{k}"].to(dev), task.meta.atol, task.meta.rtol)
+                out_k, ref_k = ct[f"out{k}"].to(dev), rt[f"out{k}"].to(dev)
+                mk = cmp.compare(out_k, ref_k, task.meta.atol, task.meta.rtol, self._policy)
+                if mk.ok and self._policy != "strict" and not self._beyond_strict \
+                        and not cmp.compare(out_k, ref_k, task.meta.atol, task.meta.rtol).ok:
+                    self._beyond_strict = f"{where}: output {k}"
                 if not mk.ok or mk.rel_l2 > m.rel_l2:
                     m = mk if mk.ok else cmp.Mismatch(False, f"output {k}: {mk.reason}", mk.max_abs,
                                                       mk.max_rel, mk.rel_l2, mk.mismatched)
@@ -661,7 +677,7 @@ class Evaluator:
             call, out = key[1:].split("o")
             ref_out = first["ref"].get(f"out{out}")
             dtype = ref_out.dtype if ref_out is not None else torch.float32
-            atol, rtol = cmp.tolerance(dtype, task.meta.atol, task.meta.rtol)
+            atol, rtol = cmp.tolerance(dtype, task.meta.atol, task.meta.rtol, self._policy)
             if out not in scales:
                 scales[out] = cmp.rms(ref_out) if ref_out is not None else 1.0
             scale = scales[out]
@@ -675,7 +691,7 @@ class Evaluator:
         for finding in h.get("findings", []):
             hack, message = finding[0], finding[1]
             severity = finding[2] if len(finding) > 2 and finding[2] in ("warn", "reject") else "reject"
-            flags.append(Flag("runtime_evidence", message, hack=hack, severity=severity))
+            flags.append(_under_policy(Flag("runtime_evidence", message, hack=hack, severity=severity), self._policy))
         reported.update(h.get("confinement", {}), done=True)
         return h.get("confinement", {})
 
@@ -767,13 +783,21 @@ def _raise_reference(h: dict, task: Task):
         raise EvaluationError(f"{task.name}: the reference failed: {h.get('message') or h.get('problem')}")
 
 
-def _stats(m, task, ref_header: dict, trials) -> ErrorStats:
+def _stats(m, task, ref_header: dict, trials, policy: str = "strict") -> ErrorStats:
     dtypes = ref_header.get("dtypes") or ["float32"]
     dtype = getattr(torch, dtypes[0], torch.float32)
-    atol, rtol = cmp.tolerance(dtype, task.meta.atol, task.meta.rtol)
+    atol, rtol = cmp.tolerance(dtype, task.meta.atol, task.meta.rtol, policy)
     if m is None:
         return ErrorStats(0.0, 0.0, 0.0, atol, rtol, trials, 0)
     return ErrorStats(m.max_abs, m.max_rel, m.rel_l2, atol, rtol, trials, m.mismatched)
+
+
+def _under_policy(flag: Flag, policy: str) -> Flag:
+    """`flag` as `policy` judges it: the kernelbench policy allows reduced-precision math (a warning, not a
+    rejection); every other class of finding stands under every policy."""
+    if policy == "kernelbench" and flag.hack == "precision_downgrade" and flag.severity == "reject":
+        return Flag(flag.check, f"{flag.message} (allowed by the kernelbench policy)", flag.hack, "warn")
+    return flag
 
 
 def _static_flags(source: str, task_source: str | None = None) -> list[Flag]:
