@@ -16,6 +16,7 @@ import tempfile
 import threading
 import time
 from collections import OrderedDict
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -111,6 +112,19 @@ def pick_cores(allowed, cpulist: str, index: int, per_device: int = 2) -> list[i
     return local[start:start + per_device]
 
 
+def build_cpus(device: torch.device, per_device: int = 2) -> list[int] | None:
+    """The cores workers start and build on: every allowed core but the timing cores of this host's GPUs, so a
+    build beside a GPU stage never shares cores with a timing (`worker_cpus`). None on CPU, or where no cores are
+    set aside."""
+    if device.type != "cuda" or not hasattr(os, "sched_getaffinity"):
+        return None
+    timing = set()
+    for i in range(torch.cuda.device_count()):
+        timing |= set(worker_cpus(torch.device("cuda", i), per_device) or ())
+    rest = sorted(set(os.sched_getaffinity(0)) - timing)
+    return rest if timing and rest else None
+
+
 def _relative_stderr(ratios: list[float]) -> float:
     """Standard error of the mean of per-round speedups, relative to it (inf with fewer than two rounds)."""
     if len(ratios) < 2:
@@ -124,59 +138,161 @@ class _Aborted(Exception):
         self.kw = verdict_kw
 
 
+@dataclass(eq=False)
+class Prepared:
+    """A candidate after the CPU stage: its reference and candidate workers started, the candidate built and
+    loaded (or its build failed, `aborted`); `Evaluator.judge` runs the GPU stage on it."""
+
+    task: Task
+    candidate: Candidate
+    t0: float                                   # time.monotonic() when preparation started
+    phases: _Phases
+    static: list = field(default_factory=list)  # static audit flags
+    ref: Worker | None = None
+    state: dict = field(default_factory=dict)   # the reference worker's state (probe results)
+    cand: Worker | None = None
+    slot: Path | None = None
+    flags: list = field(default_factory=list)
+    reported: dict = field(default_factory=dict)
+    kept: bool = False                          # the build succeeded (cache it unless a flag rejects)
+    aborted: object | None = None               # the _Aborted that ended the CPU stage (build failed ...)
+    ready: float = 0.0                          # time.monotonic() when preparation ended
+    finished: bool = False                      # candidate worker closed, build kept or dropped
+    released: bool = False                      # reference worker unpinned
+
+
 class Evaluator:
-    """Judges candidates on one device. Thread-safe: calls are serialised; use one Evaluator per device."""
+    """Judges candidates on one device. `prepare` (CPU stage) is thread-safe and may run for many candidates at
+    once; `judge` (GPU stage) and `time_reference` are serialised; use one Evaluator per device."""
 
     def __init__(self, config: EvalConfig | None = None, max_reference_workers: int = 2):
         self.config = config or EvalConfig()
         self.device = check_device(self.config.device)
         self._refs: OrderedDict[str, tuple[Worker, dict]] = OrderedDict()
         self._max_refs = max_reference_workers
-        self._lock = threading.RLock()
+        self._lock = threading.RLock()  # the GPU stage: judge, time_reference, reference probes
+        self._refs_lock = threading.RLock()  # self._refs, self._spare, self._starting, self._live
+        self._starting: dict[str, threading.Lock] = {}  # one reference start per task at a time
+        self._live: set[Prepared] = set()
+        self._closed = False
         self.cache = self.config.cache_path
         self._device_name = torch.cuda.get_device_name(self.device) if self.device.type == "cuda" else "cpu"
         self._cpu_peaks = None
         self._phases = _Phases()
         self._spare: tuple[Worker, Path] | None = None
         self._cpus = worker_cpus(self.device)
+        self._build_cpus = build_cpus(self.device)
+        self._current: Prepared | None = None  # the job in the GPU stage
 
     # -- public -------------------------------------------------------------------------------------------
     def evaluate(self, task: Task, candidate: Candidate) -> Verdict:
         """Correctness, speed and integrity of `candidate` on `task`; never raises for candidate faults."""
+        return self.judge(self.prepare(task, candidate))
+
+    def prepare(self, task: Task, candidate: Candidate) -> Prepared:
+        """The CPU stage: static checks, the task's reference worker, the candidate's worker, its import and
+        build; raises EvaluationError when the reference does not run. Pass the result to `judge` (or `release`)."""
+        p = Prepared(task, candidate, time.monotonic(), _Phases(),
+                     static=_static_flags(candidate.source, task.source))
+        p.ref, p.state = self._reference(task)
+        with self._refs_lock:
+            self._live.add(p)
+        p.phases.mark("reference")
+        left = self._left(p.t0 + self.config.timeout_s)
+        try:
+            p.cand, p.slot = self._candidate_worker(candidate)
+            self._ask(p.cand, self._load_op(task, p.state, candidate), left(self.config.build_timeout_s), "build")
+            p.kept = True
+            p.phases.mark("start_and_build")
+        except _Aborted as a:  # judged without the GPU stage (its integrity report is asked for there)
+            p.aborted = a
+        except BaseException:
+            self.release(p)
+            raise
+        p.ready = time.monotonic()
+        return p
+
+    def judge(self, prepared: Prepared) -> Verdict:
+        """The GPU stage of a prepared candidate (correctness, timing, graphs, recheck, report): its Verdict."""
         with self._lock:
-            t0 = time.monotonic()
-            self._phases = _Phases()
-            self._incorrect_message = ""  # set by the comparison that fails, for this evaluation only
-            self._policy = self.config.policy_for(task.meta)
-            self._beyond_strict = ""  # set when outputs pass only the kernelbench policy's tolerance
-            static = [_under_policy(f, self._policy) for f in _static_flags(candidate.source, task.source)]
             try:
-                kw = self._evaluate(task, candidate, t0)
-            except _Aborted as a:
-                kw = a.kw
-            if self._refs.get(task.digest, (None, {}))[1].get("mutates"):
-                static = [Flag(f.check, f.message + " (the reference writes into its inputs too)", f.hack, "warn")
-                          if f.hack == "input_mutation" else f for f in static]
-            flags = tuple(static) + tuple(kw.pop("flags", ()))
-            status = kw.pop("status")
-            if status in ("ok", "incorrect") and any(f.severity == "reject" for f in flags):
-                status = "rejected"
-            if status != "ok":
-                for key in ("speedup", "speedup_stderr", "speedup_method", "latency_speedup", "compile_speedup",
-                            "graph_speedup"):
-                    kw[key] = None
-            if status == "rejected" and not kw.get("message"):
-                kw["message"] = "; ".join(f"{f.hack or f.check}: {f.message}" for f in flags
-                                          if f.severity == "reject")[:2000]
-            return Verdict(status=status, task=task.name, candidate=candidate.digest, device=str(self.device),
-                           flags=flags, seconds=time.monotonic() - t0, phases=self._phases.done(),
-                           policy=self._policy, **kw)
+                return self._judge(prepared)
+            finally:
+                self._current = None
+                self.release(prepared)
+
+    def release(self, prepared: Prepared) -> None:
+        """Give up a prepared candidate without judging it: its worker closed, its reference unpinned."""
+        self._finish(prepared)
+        with self._refs_lock:
+            if prepared.released:
+                return
+            prepared.released = True
+            self._live.discard(prepared)
+            if prepared.state:
+                prepared.state["users"] -= 1
+            self._evict()
+
+    def _judge(self, p: Prepared) -> Verdict:
+        task, candidate = p.task, p.candidate
+        start = time.monotonic()
+        p.phases.mark("waited")
+        waited = p.phases.seen["waited"]
+        self._phases = p.phases
+        self._current = p
+        self._incorrect_message = ""  # set by the comparison that fails, for this evaluation only
+        self._policy = self.config.policy_for(task.meta)
+        self._beyond_strict = ""  # set when outputs pass only the kernelbench policy's tolerance
+        static = [_under_policy(f, self._policy) for f in p.static]
+        try:
+            if p.aborted is not None:
+                raise p.aborted
+            # The wait between the stages does not count against the evaluation's time limit.
+            kw = self._evaluate(p, self._left(start + self.config.timeout_s - (p.ready - p.t0)))
+        except _Aborted as a:
+            kw = self._aborted(a, p)
+        finally:
+            self._finish(p)
+        if p.state.get("mutates"):
+            static = [Flag(f.check, f.message + " (the reference writes into its inputs too)", f.hack, "warn")
+                      if f.hack == "input_mutation" else f for f in static]
+        flags = tuple(static) + tuple(kw.pop("flags", ()))
+        status = kw.pop("status")
+        if status in ("ok", "incorrect") and any(f.severity == "reject" for f in flags):
+            status = "rejected"
+        if status != "ok":
+            for key in ("speedup", "speedup_stderr", "speedup_method", "latency_speedup", "compile_speedup",
+                        "graph_speedup"):
+                kw[key] = None
+        if status == "rejected" and not kw.get("message"):
+            kw["message"] = "; ".join(f"{f.hack or f.check}: {f.message}" for f in flags
+                                      if f.severity == "reject")[:2000]
+        return Verdict(status=status, task=task.name, candidate=candidate.digest, device=str(self.device),
+                       flags=flags, seconds=time.monotonic() - p.t0 - waited, phases=self._phases.done(),
+                       policy=self._policy, **kw)
+
+    def _left(self, deadline: float):
+        """A function of an optional cap: seconds left before `deadline`; raises _Aborted (timeout) when none."""
+        def left(cap: float | None = None) -> float:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise _Aborted({"status": "timeout", "message": f"evaluation exceeded {self.config.timeout_s:.0f} s"})
+            return min(remaining, cap) if cap else remaining
+        return left
 
     def time_reference(self, task: Task, compiled: bool = False) -> Timing:
         """Timing of the reference alone (eager, or torch.compile'd), by the method `evaluate` compares on:
         CUDA-graph replay when the timing basis is "device" and the program captures, else per-call latency."""
+        ref, state = self._reference(task)  # before the GPU lock: the probe takes it
+        try:
+            return self._time_reference(task, ref, compiled)
+        finally:
+            with self._refs_lock:
+                state["users"] -= 1
+                self._evict()
+
+    def _time_reference(self, task: Task, ref: Worker, compiled: bool) -> Timing:
         with self._lock:
-            ref, _ = self._reference(task)
             if compiled:
                 self._compile_reference(ref, task)
             rounds = self.config.timing_rounds
@@ -197,7 +313,11 @@ class Evaluator:
             return Timing.from_samples(samples, self._method(), walls)
 
     def close(self):
-        with self._lock:
+        with self._refs_lock:
+            self._closed = True
+            for p in list(self._live):  # candidates still being prepared stop at their next request
+                if p.cand is not None:
+                    p.cand.kill()
             for worker, _ in self._refs.values():
                 worker.close()
             self._refs.clear()
@@ -221,23 +341,50 @@ class Evaluator:
         memory = int(self.config.memory_limit_gb * 2**30) if self.device.type == "cpu" else 0
         init = dict(init, device=str(self.device), writable=[str(build_dir)], cpus=self._cpus)
         return Worker(HARNESS, scratch_root=self.cache / "scratch", writable=[build_dir],
-                      confine=self.config.confine, memory_bytes=memory, env=env, init=init)
+                      confine=self.config.confine, memory_bytes=memory, env=env, init=init,
+                      affinity=self._build_cpus)
 
     def _reference(self, task: Task) -> tuple[Worker, dict]:
+        """The task's reference worker and state, started (and probed) if needed; pinned until released."""
         key = task.digest
-        if key in self._refs and self._refs[key][0].alive:
-            self._refs.move_to_end(key)
-            return self._refs[key]
-        if key in self._refs:
-            self._refs.pop(key)[0].close()
-        while len(self._refs) >= self._max_refs:
-            self._refs.popitem(last=False)[1][0].close()
+        with self._refs_lock:
+            starting = self._starting.setdefault(key, threading.Lock())
+        with starting:  # prepares of other tasks go on while this one starts
+            with self._refs_lock:
+                if self._closed:
+                    raise EvaluationError("the evaluator is closed")
+                if key in self._refs and self._refs[key][0].alive:
+                    self._refs.move_to_end(key)
+                    self._refs[key][1]["users"] += 1
+                    return self._refs[key]
+                if key in self._refs:
+                    self._refs.pop(key)[0].close()
+            worker, state = self._start_reference(task)
+            with self._refs_lock:
+                if self._closed:
+                    worker.close()
+                    raise EvaluationError("the evaluator is closed")
+                self._refs[key] = (worker, state)
+                self._evict()
+            return worker, state
+
+    def _evict(self) -> None:
+        """Close least recently used reference workers beyond the limit, sparing those a job still holds."""
+        with self._refs_lock:
+            idle = [k for k, (_, st) in self._refs.items() if st.get("users", 0) <= 0]
+            for k in idle[:max(0, len(self._refs) - self._max_refs)]:
+                self._refs.pop(k)[0].close()
+
+    def _start_reference(self, task: Task) -> tuple[Worker, dict]:
+        key = task.digest
         init = {"role": "reference", "task_source": task.source, "seed": secrets.randbits(31),
                 "fixed_inputs": list(task.meta.fixed_inputs), "cpu_threads": self.config.cpu_threads}
         try:
             worker = self._spawn(init, self.cache / "build" / f"ref-{key}-{toolchain_key()}")
             probe = {"op": "trial", "seed": 0, "count_work": True, "probe": True}
-            h, _ = worker.request(probe, self.config.timeout_s)
+            worker.send(probe)
+            with self._lock:  # the probe runs the reference on the device: not beside a GPU stage's timing
+                h, _ = worker.receive(self.config.timeout_s)
         except WorkerError as e:
             last = [line for line in e.stderr_tail.strip().splitlines() if line.strip()][-1:]
             raise EvaluationError(f"{task.name}: the reference does not run: {e}"
@@ -246,8 +393,8 @@ class Evaluator:
             worker.close()
             raise EvaluationError(f"{task.name}: the reference does not run: {h.get('message') or h.get('problem')}")
         state = {"init": init, "compiled": False, "out_bytes": h.get("out_bytes", 0), "work": h.get("work"),
-                 "mutates": set(h.get("inputs_changed", []))}  # a reference may write into its inputs
-        self._refs[key] = (worker, state)
+                 "mutates": set(h.get("inputs_changed", [])),  # a reference may write into its inputs
+                 "users": 1}  # prepared jobs and timings holding it (never evicted while held)
         return worker, state
 
     def _load_op(self, task: Task, state: dict, candidate: Candidate) -> dict:
@@ -272,11 +419,15 @@ class Evaluator:
         if candidate.language in ("cuda", "cpp"):
             entry = self._build_entry(candidate)
             return self._spawn({"role": "candidate", "cpu_threads": self.config.cpu_threads}, entry), None
-        spare, self._spare = self._spare, None
+        with self._refs_lock:
+            spare, self._spare = self._spare, None
         if spare is None or not spare[0].alive:
             if spare is not None:
                 self._discard(spare)
             spare = self._start_spare()
+        with self._refs_lock:  # the next candidate's worker starts while this one builds and is judged
+            if self._spare is None and not self._closed:
+                self._spare = self._start_spare()
         entry = self._build_entry(candidate)
         if entry.is_dir():
             shutil.copytree(entry, spare[1], symlinks=True, dirs_exist_ok=True)
@@ -307,7 +458,8 @@ class Evaluator:
         shutil.rmtree(spare[1], ignore_errors=True)
 
     def _compile_reference(self, ref: Worker, task: Task):
-        state = next(s for w, s in self._refs.values() if w is ref)
+        with self._refs_lock:
+            state = next(s for w, s in self._refs.values() if w is ref)
         if not state["compiled"]:
             h, _ = ref.request({"op": "compile", "seed": 1}, self.config.timeout_s)
             _raise_reference(h, task)
@@ -317,86 +469,77 @@ class Evaluator:
         return "cuda_events" if self.device.type == "cuda" else "perf_counter"
 
     # -- the evaluation -----------------------------------------------------------------------------------
-    def _evaluate(self, task: Task, candidate: Candidate, t0: float) -> dict:
+    def _evaluate(self, p: Prepared, left) -> dict:
+        """The GPU stage of a loaded candidate: Verdict fields (raises _Aborted for a verdict decided early)."""
         cfg = self.config
-        deadline = t0 + cfg.timeout_s
-
-        def left(cap: float | None = None) -> float:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise _Aborted({"status": "timeout", "message": f"evaluation exceeded {cfg.timeout_s:.0f} s"})
-            return min(remaining, cap) if cap else remaining
-
-        ph = self._phases
-        ref, state = self._reference(task)
-        ph.mark("reference")
-        cand, slot = self._candidate_worker(candidate)
-        flags: list[Flag] = []
-        reported: dict = {}
-        kept = False
-        try:
-            self._ask(cand, self._load_op(task, state, candidate), left(cfg.build_timeout_s), "build")
-            kept = True
-            ph.mark("start_and_build")
-            # -- correctness: fresh secret seeds, two input distributions, agreement on a repeat
-            error, first = self._check(task, ref, cand, left, flags)
-            if any(f.severity == "reject" for f in flags) or error.mismatched or first is None:
-                return {"status": "incorrect", "message": self._incorrect_message, "error": error,
-                        "flags": flags, "confinement": self._report(cand, left, flags, reported)}
-            ph.mark("correctness")
-            self._policies(task, ref, cand, left, flags)
-            # -- timing: reference and candidate alternate; every timed call has fresh inputs, outputs checked
-            if cfg.compare_compile:
-                self._compile_reference(ref, task)
-            ref_t, cand_t, comp_t, stderr = self._timing(task, ref, cand, left, flags, first)
-            ph.mark("timing")
-            graphs = self._graphs(task, ref, cand, left, flags, first) if (
-                cfg.use_graphs and self.device.type == "cuda") else {}
-            ph.mark("graphs")
-            report = self._report(cand, left, flags, reported)
-            latency = _ratio(ref_t, cand_t)
-            primary = {"speedup": latency, "speedup_stderr": stderr, "speedup_method": cand_t.method}
-            if graphs and cfg.timing_basis == "device":
-                primary = {"speedup": graphs["graph_speedup"], "speedup_stderr": graphs["graph_stderr"],
-                           "speedup_method": "cuda_graph"}
-            graphs.pop("graph_stderr", None)
-            self._roofline(task, state, graphs.get("candidate_graph") or cand_t, flags)
-            threshold = max(cfg.recheck_speedup, task.meta.suspicious_speedup or 0)
-            if primary["speedup"] > threshold and not any(f.severity == "reject" for f in flags):
-                kind = "graph" if primary["speedup_method"] == "cuda_graph" else "time"
-                again = self._recheck(task, candidate, primary["speedup"], kind, left, flags)
-                if again is not None:  # the re-measurement is lower: it replaces the first, without a stderr
-                    rt, ct, primary["speedup"] = again
-                    primary["speedup_stderr"] = None
-                    if kind == "graph":
-                        graphs.update(reference_graph=rt, candidate_graph=ct, graph_speedup=primary["speedup"])
-                    else:
-                        ref_t, cand_t, latency = rt, ct, primary["speedup"]
-                ph.mark("recheck")
-            if primary["speedup_stderr"] is not None and not math.isfinite(primary["speedup_stderr"]):
+        task, candidate, ref, state, cand = p.task, p.candidate, p.ref, p.state, p.cand
+        ph, flags, reported = self._phases, p.flags, p.reported
+        # -- correctness: fresh secret seeds, two input distributions, agreement on a repeat
+        error, first = self._check(task, ref, cand, left, flags)
+        if any(f.severity == "reject" for f in flags) or error.mismatched or first is None:
+            return {"status": "incorrect", "message": self._incorrect_message, "error": error,
+                    "flags": flags, "confinement": self._report(cand, left, flags, reported)}
+        ph.mark("correctness")
+        self._policies(task, ref, cand, left, flags)
+        # -- timing: reference and candidate alternate; every timed call has fresh inputs, outputs checked
+        if cfg.compare_compile:
+            self._compile_reference(ref, task)
+        ref_t, cand_t, comp_t, stderr = self._timing(task, ref, cand, left, flags, first)
+        ph.mark("timing")
+        graphs = self._graphs(task, ref, cand, left, flags, first) if (
+            cfg.use_graphs and self.device.type == "cuda") else {}
+        ph.mark("graphs")
+        report = self._report(cand, left, flags, reported)
+        latency = _ratio(ref_t, cand_t)
+        primary = {"speedup": latency, "speedup_stderr": stderr, "speedup_method": cand_t.method}
+        if graphs and cfg.timing_basis == "device":
+            primary = {"speedup": graphs["graph_speedup"], "speedup_stderr": graphs["graph_stderr"],
+                       "speedup_method": "cuda_graph"}
+        graphs.pop("graph_stderr", None)
+        self._roofline(task, state, graphs.get("candidate_graph") or cand_t, flags)
+        threshold = max(cfg.recheck_speedup, task.meta.suspicious_speedup or 0)
+        if primary["speedup"] > threshold and not any(f.severity == "reject" for f in flags):
+            kind = "graph" if primary["speedup_method"] == "cuda_graph" else "time"
+            again = self._recheck(task, candidate, primary["speedup"], kind, left, flags)
+            if again is not None:  # the re-measurement is lower: it replaces the first, without a stderr
+                rt, ct, primary["speedup"] = again
                 primary["speedup_stderr"] = None
-            on_graphs = primary["speedup_method"] == "cuda_graph"  # the compile speedup uses the same method
-            primary["compile_speedup"] = _ratio(graphs.get("reference_compiled_graph") if on_graphs else comp_t,
-                                                graphs["candidate_graph"] if on_graphs else cand_t)
-            return {"status": "ok", "message": "", **primary, "latency_speedup": latency, "reference": ref_t,
-                    "candidate_timing": cand_t, "reference_compiled": comp_t, "error": error, "flags": flags,
-                    "confinement": report, **graphs}
-        except _Aborted as a:
-            kept = kept and a.kw.get("status") != "rejected"
-            # Keep the tampering evidence of an aborted run: it names the hack behind the failure.
-            a.kw.setdefault("flags", flags)
-            if cand.alive and not reported:
-                try:
-                    a.kw["confinement"] = self._report(cand, lambda cap=None: min(cap or 30, 30), a.kw["flags"],
-                                                       reported)
-                except _Aborted:
-                    pass
-            raise
-        finally:
-            cand.close()
-            self._keep_build(candidate, slot, kept and not any(f.severity == "reject" for f in flags))
-            if self._spare is None:  # the next candidate's worker starts while this verdict is used
-                self._spare = self._start_spare()
+                if kind == "graph":
+                    graphs.update(reference_graph=rt, candidate_graph=ct, graph_speedup=primary["speedup"])
+                else:
+                    ref_t, cand_t, latency = rt, ct, primary["speedup"]
+            ph.mark("recheck")
+        if primary["speedup_stderr"] is not None and not math.isfinite(primary["speedup_stderr"]):
+            primary["speedup_stderr"] = None
+        on_graphs = primary["speedup_method"] == "cuda_graph"  # the compile speedup uses the same method
+        primary["compile_speedup"] = _ratio(graphs.get("reference_compiled_graph") if on_graphs else comp_t,
+                                            graphs["candidate_graph"] if on_graphs else cand_t)
+        return {"status": "ok", "message": "", **primary, "latency_speedup": latency, "reference": ref_t,
+                "candidate_timing": cand_t, "reference_compiled": comp_t, "error": error, "flags": flags,
+                "confinement": report, **graphs}
+
+    def _aborted(self, a: _Aborted, p: Prepared) -> dict:
+        """Verdict fields of an evaluation cut short, with the candidate's tampering evidence where it can give it."""
+        p.kept = p.kept and a.kw.get("status") != "rejected"
+        # Keep the tampering evidence of an aborted run: it names the hack behind the failure.
+        a.kw.setdefault("flags", p.flags)
+        if p.cand is not None and p.cand.alive and not p.reported:
+            try:
+                a.kw["confinement"] = self._report(p.cand, lambda cap=None: min(cap or 30, 30), a.kw["flags"],
+                                                   p.reported)
+            except _Aborted:
+                pass
+        return a.kw
+
+    def _finish(self, p: Prepared) -> None:
+        """Close the candidate's worker; keep its build in the cache unless it failed or was rejected."""
+        with self._refs_lock:
+            if p.finished:
+                return
+            p.finished = True
+        if p.cand is not None:
+            p.cand.close()
+        self._keep_build(p.candidate, p.slot, p.kept and not any(f.severity == "reject" for f in p.flags))
 
     _incorrect_message = ""  # why this evaluation's comparison failed (calls are serialised by the lock)
     _policy = "strict"  # the precision policy of the evaluation under way
@@ -503,7 +646,7 @@ class Evaluator:
         return cmp.Mismatch(True, "")
 
     def _out_bytes(self, task: Task) -> int:
-        return self._refs[task.digest][1]["out_bytes"]
+        return self._current.state["out_bytes"]
 
     def _trial_problem(self, h: dict, flags: list, i: int) -> bool:
         problem = h.get("problem")
@@ -735,7 +878,7 @@ class Evaluator:
         """Re-measure a large speedup in a fresh worker beside the reference, by the same method (`kind`:
         "time" or "graph"); flag it when it does not hold. Returns (reference, candidate, speedup) of the
         re-measurement when it is the lower, else None."""
-        ref, state = self._reference(task)
+        ref, state = self._current.ref, self._current.state  # held by the job under way
         again, slot = self._candidate_worker(candidate)
         ref_s, cand_s = [], []
         try:

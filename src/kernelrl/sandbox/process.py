@@ -52,13 +52,15 @@ class Worker:
     """One spawned worker process; `request` sends an op and waits for its reply."""
 
     def __init__(self, entry: str, *, scratch_root: Path, writable: list[Path] = (), confine: bool = True,
-                 memory_bytes: int = 0, env: dict[str, str] | None = None, init: dict | None = None):
+                 memory_bytes: int = 0, env: dict[str, str] | None = None, init: dict | None = None,
+                 affinity: list[int] | None = None):
         scratch_root.mkdir(parents=True, exist_ok=True)
         self.scratch = Path(tempfile.mkdtemp(prefix="w-", dir=scratch_root))
         parent_sock, child_sock = socket.socketpair()
         self._log = open(self.scratch.parent / f"{self.scratch.name}.log", "w+b")
         spec = {"entry": entry, "scratch": str(self.scratch), "writable": [str(p) for p in writable],
-                "confine": confine, "memory_bytes": memory_bytes, "init": init or {}}
+                "confine": confine, "memory_bytes": memory_bytes, "init": init or {},
+                "affinity": list(affinity) if affinity else None}
         cmd = [sys.executable, "-m", "kernelrl.sandbox.worker", str(child_sock.fileno()), json.dumps(spec)]
         self.proc = subprocess.Popen(
             cmd, cwd=self.scratch, env=worker_env(self.scratch, env), stdin=subprocess.DEVNULL,

@@ -45,6 +45,12 @@ def _init_cuda(spec: dict) -> None:
 
 def main(argv: list[str]) -> None:
     fd, spec = int(argv[0]), json.loads(argv[1])
+    if spec.get("affinity") and hasattr(os, "sched_setaffinity"):
+        # Before any thread starts, so every thread and compiler process it spawns inherits these cores.
+        try:
+            os.sched_setaffinity(0, spec["affinity"])
+        except OSError:
+            pass
     # `python -m` puts the working directory (the scratch dir) first on sys.path; folders created there
     # (caches such as triton/) must not shadow installed packages.
     sys.path[:] = [p for p in sys.path if p not in ("", ".", os.getcwd(), spec["scratch"])]

@@ -45,3 +45,15 @@ class Scheduler(Protocol):
     def close(self) -> None:
         """Finish nothing more: stop workers and evaluators (jobs still queued get cancelled Futures)."""
         ...
+
+
+def make_scheduler(config, devices=("cpu",), ray: str | None = None, **kw) -> Scheduler:
+    """A LocalScheduler on this machine's `devices`; with `ray` ("auto" or a cluster address) a RayScheduler on
+    the cluster's GPUs (RayUnavailable, naming `pip install "kernelrl[ray]"`, where Ray is not installed)."""
+    if ray is None:
+        from kernelrl.scale.local import LocalScheduler
+
+        return LocalScheduler(config, devices, **kw)
+    from kernelrl.scale.ray_backend import RayScheduler  # imports ray only when it is asked for
+
+    return RayScheduler(config, address=ray, **kw)

@@ -1,0 +1,227 @@
+"""LocalScheduler: this machine's devices, each fed by a CPU stage that runs ahead of its GPU stage.
+
+A pool of CPU-stage threads prepares jobs (`Evaluator.prepare`: checks, worker start-up, imports and builds) at
+most `lookahead` per device ahead of it; one GPU-stage thread per device judges them back to back
+(`Evaluator.judge`). Each started worker holds a CUDA context (about 0.5 GB), which is what `lookahead` bounds.
+"""
+from __future__ import annotations
+
+import collections
+import dataclasses
+import threading
+import time
+from concurrent.futures import Future
+
+from kernelrl.evaluate import EvalConfig, Evaluator
+from kernelrl.evaluate.evaluator import Prepared
+from kernelrl.scale import SchedulerStats
+from kernelrl.task import Candidate, Task
+from kernelrl.verdict import Verdict
+
+RATE_WINDOW_S = 300.0  # verdicts per minute are counted over this many recent seconds
+
+
+@dataclasses.dataclass(eq=False)
+class _Job:
+    task: Task
+    candidate: Candidate
+    policy: str | None
+    future: Future
+    prepared: Prepared | None = None
+    prepared_by: Evaluator | None = None
+
+
+class _Device:
+    """One device's evaluators (one per precision policy asked for), its prepared jobs and its busy time."""
+
+    def __init__(self, name: str, key: str, config: EvalConfig):
+        self.name, self.key, self.config = name, key, config
+        self.evaluators: dict[str | None, Evaluator] = {None: Evaluator(config)}
+        self.ready: collections.deque[_Job] = collections.deque()  # prepared, waiting for the GPU stage
+        self.ahead = 0          # jobs being prepared or prepared, not yet judged
+        self.busy_s = 0.0       # wall seconds spent in the GPU stage
+        self.busy_since: float | None = None
+        self._lock = threading.Lock()
+
+    def evaluator(self, policy: str | None) -> Evaluator:
+        with self._lock:
+            if policy not in self.evaluators:
+                self.evaluators[policy] = Evaluator(self.config.with_(policy=policy))
+            return self.evaluators[policy]
+
+
+class LocalScheduler:
+    """Judges jobs on this machine's devices; ("cpu", "cpu") gives two CPU "devices" (each its own evaluator)."""
+
+    def __init__(self, config: EvalConfig | None = None, devices: tuple[str, ...] | list[str] = ("cpu",),
+                 lookahead: int = 3, cpu_workers: int | None = None):
+        config = config or EvalConfig()
+        if not devices:
+            raise ValueError("no devices to run on")
+        if lookahead < 1:
+            raise ValueError(f"lookahead must be at least 1, not {lookahead}")
+        keys = [d if list(devices).count(d) == 1 else f"{d}#{i}" for i, d in enumerate(devices)]
+        self._devices: list[_Device] = []
+        try:
+            for d, key in zip(devices, keys):
+                self._devices.append(_Device(d, key, config.with_(device=d)))
+        except BaseException:
+            for dev in self._devices:
+                dev.evaluators[None].close()
+            raise
+        self.lookahead = lookahead
+        self._cond = threading.Condition()
+        self._pending: collections.deque[_Job] = collections.deque()  # submitted, on no device yet
+        self._in_prep: set[_Job] = set()
+        self._done = 0
+        self._finished_at: collections.deque[float] = collections.deque()
+        self._closed = False
+        self._t0 = time.monotonic()
+        n_cpu = cpu_workers or lookahead * len(self._devices)
+        self._threads = [threading.Thread(target=self._cpu_stage, name=f"prepare-{i}", daemon=True)
+                         for i in range(n_cpu)]
+        self._threads += [threading.Thread(target=self._gpu_stage, args=(dev,), name=f"judge-{dev.key}",
+                                           daemon=True) for dev in self._devices]
+        for t in self._threads:
+            t.start()
+
+    # -- the Scheduler protocol ----------------------------------------------------------------------------
+    def submit(self, task: Task, candidate: Candidate, policy: str | None = None) -> "Future[Verdict]":
+        """Queue one evaluation; `policy` overrides the evaluators' precision policy for this job."""
+        if policy is not None and "policy" not in EvalConfig.__dataclass_fields__:
+            raise ValueError("this evaluator has no precision policies: submit with policy=None")
+        job = _Job(task, candidate, policy, Future())
+        with self._cond:
+            if self._closed:
+                raise RuntimeError("the scheduler is closed")
+            self._pending.append(job)
+            self._cond.notify_all()
+        return job.future
+
+    def stats(self) -> SchedulerStats:
+        now = time.monotonic()
+        with self._cond:
+            while self._finished_at and self._finished_at[0] < now - RATE_WINDOW_S:
+                self._finished_at.popleft()
+            elapsed = now - self._t0
+            window = min(elapsed, RATE_WINDOW_S)
+            busy = {d.key: (d.busy_s + (now - d.busy_since if d.busy_since else 0.0)) / elapsed if elapsed else 0.0
+                    for d in self._devices}
+            return SchedulerStats(queued=len(self._pending), running=sum(d.ahead for d in self._devices),
+                                  done=self._done, elapsed_s=elapsed,
+                                  verdicts_per_minute=60.0 * len(self._finished_at) / window if window else 0.0,
+                                  device_busy=busy)
+
+    def close(self) -> None:
+        """Cancel every job not yet on a device's GPU stage, let those on it finish, stop every evaluator."""
+        with self._cond:
+            if self._closed:
+                return
+            self._closed = True
+            dropped = list(self._pending) + list(self._in_prep) + [j for d in self._devices for j in d.ready]
+            self._pending.clear()
+            for d in self._devices:
+                d.ready.clear()
+            self._cond.notify_all()
+        for job in dropped:
+            job.future.cancel()
+            if job.prepared is not None and job not in self._in_prep:
+                job.prepared_by.release(job.prepared)
+        for t in self._threads:
+            if t.name.startswith("judge-") and t is not threading.current_thread():
+                t.join()
+        for d in self._devices:
+            for ev in d.evaluators.values():
+                ev.close()  # candidates still being prepared are stopped; their jobs were cancelled above
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    # -- the stages ----------------------------------------------------------------------------------------
+    def _cpu_stage(self) -> None:
+        while True:
+            with self._cond:
+                while not self._closed and not (self._pending and self._free_device()):
+                    self._cond.wait()
+                if self._closed:
+                    return
+                dev = self._free_device()
+                job = self._pending.popleft()
+                dev.ahead += 1
+                self._in_prep.add(job)
+            if job.future.cancelled():
+                self._drop(dev, job)
+                continue
+            ev = dev.evaluator(job.policy)
+            try:
+                job.prepared = ev.prepare(job.task, job.candidate)
+                job.prepared_by = ev
+            except BaseException as e:  # the reference does not run (EvaluationError), the evaluator closed ...
+                self._drop(dev, job)
+                self._resolve(job, error=e)
+                continue
+            with self._cond:
+                self._in_prep.discard(job)
+                if self._closed or job.future.cancelled():
+                    dev.ahead -= 1
+                    self._cond.notify_all()
+                    cancelled = True
+                else:
+                    dev.ready.append(job)
+                    self._cond.notify_all()
+                    cancelled = False
+            if cancelled:
+                ev.release(job.prepared)
+                job.future.cancel()
+
+    def _gpu_stage(self, dev: _Device) -> None:
+        while True:
+            with self._cond:
+                while not self._closed and not dev.ready:
+                    self._cond.wait()
+                if self._closed:
+                    return
+                job = dev.ready.popleft()
+                dev.busy_since = time.monotonic()
+            verdict = error = None
+            try:
+                if job.future.set_running_or_notify_cancel():
+                    verdict = job.prepared_by.judge(job.prepared)
+                else:
+                    job.prepared_by.release(job.prepared)
+            except BaseException as e:  # the evaluation could not run (a reference that fails while timed ...)
+                error = e
+            with self._cond:
+                dev.busy_s += time.monotonic() - dev.busy_since
+                dev.busy_since = None
+                dev.ahead -= 1
+                self._cond.notify_all()
+            if verdict is not None or error is not None:
+                self._resolve(job, verdict, error, running=True)
+
+    def _free_device(self) -> _Device | None:
+        """The device with room ahead of it and the least work ahead (None when all have `lookahead`)."""
+        free = [d for d in self._devices if d.ahead < self.lookahead]
+        return min(free, key=lambda d: d.ahead) if free else None
+
+    def _drop(self, dev: _Device, job: _Job) -> None:
+        with self._cond:
+            dev.ahead -= 1
+            self._in_prep.discard(job)
+            self._cond.notify_all()
+
+    def _resolve(self, job: _Job, verdict: Verdict | None = None, error: BaseException | None = None,
+                 running: bool = False) -> None:
+        """Set the job's outcome once (a job cancelled meanwhile stays cancelled)."""
+        if not running and not job.future.set_running_or_notify_cancel():
+            return
+        if error is not None:
+            job.future.set_exception(error)
+        else:
+            job.future.set_result(verdict)
+        with self._cond:
+            self._done += 1
+            self._finished_at.append(time.monotonic())

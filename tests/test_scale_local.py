@@ -1,0 +1,116 @@
+"""The pipelined evaluation: prepare/judge against evaluate, and LocalScheduler over several CPU "devices"."""
+import threading
+import time
+from concurrent.futures import CancelledError, wait
+from pathlib import Path
+
+import pytest
+
+from kernelrl.evaluate import EvalConfig, Evaluator
+from kernelrl.scale import SchedulerStats, make_scheduler
+from kernelrl.scale.local import LocalScheduler
+from kernelrl.task import Candidate, Task
+
+DATA = Path(__file__).parent / "data" / "eval"
+FAST = dict(device="cpu", correctness_trials=2, timing_rounds=2, timing_precision=0, calls_per_round=3, warmup=1,
+            timeout_s=120)
+EXPECTED = {"correct": "ok", "wrong": "incorrect", "syntax_error": "compile_error", "segfault": "runtime_error"}
+
+
+@pytest.fixture(scope="module")
+def config(tmp_path_factory):
+    return EvalConfig(cache_dir=str(tmp_path_factory.mktemp("cache")), **FAST)
+
+
+@pytest.fixture(scope="module")
+def task():
+    return Task.from_file(DATA / "scale_add.py")
+
+
+def cand(name):
+    return Candidate.from_file(DATA / f"{name}.py")
+
+
+def test_prepared_ahead_candidates_get_the_verdicts_evaluate_gives(config, task):
+    with Evaluator(config) as ev:
+        serial = {name: ev.evaluate(task, cand(name)) for name in EXPECTED}
+        prepared = {}
+        threads = [threading.Thread(target=lambda n=name: prepared.__setitem__(n, ev.prepare(task, cand(n))))
+                   for name in EXPECTED]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        piped = {name: ev.judge(prepared[name]) for name in EXPECTED}
+    for name, status in EXPECTED.items():
+        assert serial[name].status == piped[name].status == status, (name, piped[name].message)
+        assert serial[name].message.split(":")[0] == piped[name].message.split(":")[0]  # same check failed
+        assert "waited" in piped[name].phases and "reference" in piped[name].phases
+    assert piped["correct"].speedup > 0 and piped["correct"].reference.n == serial["correct"].reference.n
+    assert piped["correct"].phases["start_and_build"] > 0 and "timing" in piped["correct"].phases
+    # The wait for the GPU stage is in the phases, not in the evaluation's own seconds.
+    for v in piped.values():
+        assert v.seconds == pytest.approx(sum(v.phases.values()) - v.phases["waited"], abs=0.05)
+    assert piped["segfault"].phases["waited"] > 0
+
+
+def test_a_released_candidate_frees_its_worker_and_its_reference(config, task):
+    with Evaluator(config, max_reference_workers=1) as ev:
+        p = ev.prepare(task, cand("correct"))
+        assert p.cand.alive and p.state["users"] == 1
+        ev.release(p)
+        ev.release(p)  # twice is harmless
+        assert not p.cand.alive and p.state["users"] == 0
+        assert ev.evaluate(task, cand("correct")).status == "ok"
+
+
+def test_two_cpu_devices_judge_a_suite_each_future_resolving_once(config, task):
+    names = ["correct", "segfault", "correct", "wrong", "syntax_error", "correct"]
+    resolved = []
+    with LocalScheduler(config, devices=("cpu", "cpu"), lookahead=2) as s:
+        futures = [s.submit(task, cand(n)) for n in names]
+        for i, f in enumerate(futures):
+            f.add_done_callback(lambda f, i=i: resolved.append(i))
+        verdicts = [f.result(timeout=300) for f in futures]
+        stats = s.stats()
+    assert [v.status for v in verdicts] == [EXPECTED[n] for n in names]
+    assert sorted(resolved) == list(range(len(names)))  # once each
+    assert "SIGSEGV" in verdicts[1].message and verdicts[2].status == "ok"  # the job after a crash still runs
+    assert isinstance(stats, SchedulerStats) and stats.done == len(names) and stats.queued == stats.running == 0
+    assert set(stats.device_busy) == {"cpu#0", "cpu#1"}
+    assert all(0 < b <= 1 for b in stats.device_busy.values())
+    assert stats.verdicts_per_minute > 0 and stats.elapsed_s > 0
+    assert SchedulerStats(**stats.to_dict()) == stats
+
+
+def test_close_cancels_the_jobs_not_yet_judged(config, task):
+    s = make_scheduler(config, ("cpu",), lookahead=1)
+    assert isinstance(s, LocalScheduler)
+    futures = [s.submit(task, cand("correct")) for _ in range(4)]
+    futures[0].result(timeout=300)
+    s.close()
+    wait(futures, timeout=60)
+    assert all(f.done() for f in futures)
+    assert futures[0].result().status == "ok"
+    cancelled = [f for f in futures if f.cancelled()]
+    assert len(cancelled) >= 2  # at most one more was on the device when close() came
+    with pytest.raises(CancelledError):
+        cancelled[0].result()
+    with pytest.raises(RuntimeError, match="closed"):
+        s.submit(task, cand("correct"))
+
+
+def test_a_reference_that_does_not_run_fails_its_future_and_the_next_job_runs(config, task):
+    bad = Task.from_file(DATA / "broken_import_ref.py")
+    with LocalScheduler(config, devices=("cpu",), lookahead=2) as s:
+        f_bad, f_ok = s.submit(bad, cand("correct")), s.submit(task, cand("correct"))
+        with pytest.raises(Exception, match="reference"):
+            f_bad.result(timeout=300)
+        assert f_ok.result(timeout=300).status == "ok"
+
+
+def test_bad_scheduler_arguments_are_refused(config):
+    with pytest.raises(ValueError, match="lookahead"):
+        LocalScheduler(config, devices=("cpu",), lookahead=0)
+    with pytest.raises(ValueError, match="no devices"):
+        LocalScheduler(config, devices=())
