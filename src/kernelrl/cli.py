@@ -141,6 +141,9 @@ _mount("optimize", "kernelrl.search.cli", "optimize_command",
 _mount("train", "kernelrl.train.cli", "train_command", "CUDA-L1's three training stages on TRL.", extra="train")
 _mount("gemm", "kernelrl.gemm.cli", "app", "Per-shape HGEMM search on Hopper, and the tuned matmul.")
 _mount("audit", "kernelrl.evaluate.audit_cli", "audit_command", "Static findings for a candidate and what each means.")
+_mount("serve", "kernelrl.serve.cli", "serve_command",
+       "The reward as an HTTP service with a durable job queue (runs untrusted code: loopback unless a token is set).",
+       extra="serve")
 
 
 def main():  # pragma: no cover
