@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Optional
 
@@ -15,6 +16,8 @@ def train_command(
     smoke: bool = typer.Option(False, "--smoke", help="Tiny random model, tiny tasks, every stage briefly."),
     device: str = typer.Option("cpu", "--device", help="Evaluator device for --smoke: cpu, cuda or cuda:N."),
     out: Optional[Path] = typer.Option(None, "--out", help="Output folder (overrides the config's `out`)."),
+    service: Optional[str] = typer.Option(None, "--service", help="Judge on a `kernelrl serve` at this URL "
+                                          "instead of local evaluators (token from $KERNELRL_API_TOKEN)."),
 ) -> None:
     """Train a kernel-writing policy: SFT, self-training, then contrastive RL with the evaluator as reward."""
     if (config is None) == (not smoke):
@@ -26,6 +29,8 @@ def train_command(
             cfg = TrainConfig.from_toml(config)
             if out is not None:
                 cfg = cfg.with_(out=str(out))
+        if service:
+            cfg = cfg.with_(evaluator=replace(cfg.evaluator, service=service))
     except ConfigError as e:
         typer.secho(f"error: {e}", fg="red", err=True)
         raise typer.Exit(2)
@@ -79,6 +84,7 @@ def _fail_missing(module: str) -> None:
 
 def _user_errors() -> tuple[type[Exception], ...]:
     """Errors that come from the user's input or machine, each with a message saying what to do."""
+    from kernelrl.client import ServiceError
     from kernelrl.evaluate.evaluator import EvaluationError
     from kernelrl.search.store import StoreError
     from kernelrl.task import TaskError
@@ -86,8 +92,8 @@ def _user_errors() -> tuple[type[Exception], ...]:
     from kernelrl.train.model import ModelError
     from kernelrl.train.sft import StageError
 
-    return (ConfigError, EvaluationError, FileNotFoundError, ModelError, StageError, StateError, StoreError,
-            TaskError)
+    return (ConfigError, EvaluationError, FileNotFoundError, ModelError, ServiceError, StageError, StateError,
+            StoreError, TaskError)
 
 
 app = typer.Typer(add_completion=False)

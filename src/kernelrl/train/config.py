@@ -116,10 +116,13 @@ class RLSettings:
 
 @dataclass(frozen=True)
 class EvaluatorSettings:
-    """The reward: one Evaluator per device; `eval` overrides EvalConfig fields (e.g. timing_rounds)."""
+    """The reward: one Evaluator per device; `eval` overrides EvalConfig fields (e.g. timing_rounds). With
+    `service` (a `kernelrl serve` URL; token from $KERNELRL_API_TOKEN) that service judges instead, under its
+    own devices and settings."""
 
     devices: tuple[str, ...] = ("cpu",)
     eval: dict = field(default_factory=dict)
+    service: str = ""
 
 
 @dataclass(frozen=True)

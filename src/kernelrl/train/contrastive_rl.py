@@ -32,7 +32,8 @@ class EvaluatorReward:
 
     def __call__(self, prompts, completions, task, parent_ids=None, log_metric=None, **_) -> list[float | None]:
         parent_ids = parent_ids or [()] * len(completions)
-        rollouts = [Rollout(task=self.tasks[name], reply=_text(c), prompt=_messages(p), parent_ids=tuple(pids))
+        rollouts = [Rollout(task=self.tasks[name], reply=completion_text(c), prompt=_messages(p),
+                            parent_ids=tuple(pids))
                     for p, c, name, pids in zip(prompts, completions, task, parent_ids)]
         t0 = time.monotonic()
         judged = self.pool.judge(rollouts, PROPOSER)
@@ -127,7 +128,8 @@ def run_contrastive_rl(model, tokenizer, store: Store, tasks: list[Task], pool: 
     return trainer.model, reward
 
 
-def _text(completion) -> str:
+def completion_text(completion) -> str:
+    """The reply in a TRL completion: plain text, or the assistant turns of a conversational one."""
     if isinstance(completion, list):  # conversational: [{"role": "assistant", "content": ...}]
         return "".join(m.get("content", "") for m in completion if m.get("role") == "assistant")
     return str(completion)

@@ -63,9 +63,11 @@ def run(cfg: TrainConfig, say: Callable[[str], None] = print) -> TrainSummary:
     ran, skipped, stage_seconds = [], [], {}
     model_name = cfg.model.path or "tiny"
     try:
+        scheduler, device = _service(cfg.evaluator.service, say) if cfg.evaluator.service else (
+            None, cfg.evaluator.devices[0])
         with RewardPool(store, cfg.evaluator.devices, cfg.evaluator.eval, proposer="train",
-                        model=model_name) as pool:
-            seeded = seed_store(store, tasks, pool, cfg.tasks, cfg.evaluator.devices[0])
+                        model=model_name, scheduler=scheduler) as pool:
+            seeded = seed_store(store, tasks, pool, cfg.tasks, device)
             seeded_counts = _count(j.status for j in seeded)
             say(f"seeded the store: {seeded_counts}")
             for j in seeded:
@@ -139,6 +141,16 @@ def _run_stage(stage, model, tokenizer, store, tasks, pool, cfg, log, state):
         from kernelrl.train.contrastive_rl import run_contrastive_rl
         model, _ = run_contrastive_rl(model, tokenizer, store, tasks, pool, cfg, log, resume=resume)
     return model
+
+
+def _service(url: str, say: Callable[[str], None]):
+    """A scheduler over the reward service at `url`, and the first device it judges on (ServiceError if down)."""
+    from kernelrl.client import Client, RemoteScheduler
+
+    client = Client(url)
+    devices = client.health().get("devices") or ["cpu"]
+    say(f"rewards from the service at {url} (devices {', '.join(devices)})")
+    return RemoteScheduler(client), devices[0]
 
 
 def _to_policy_device(model, cfg: TrainConfig):

@@ -14,6 +14,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
 from kernelrl.evaluate.config import EvalConfig
+from kernelrl.scale import Scheduler
 from kernelrl.search.parse import parse_reply
 from kernelrl.search.prompt import prompt_hash
 from kernelrl.search.store import PENDING, Store
@@ -53,22 +54,26 @@ class Judged:
 
 
 class RewardPool:
-    """Evaluators on `devices`, fed from a thread pool; every judged rollout is recorded in `store`."""
+    """Evaluators on `devices`, fed from a thread pool; every judged rollout is recorded in `store`. With a
+    `scheduler` (e.g. `kernelrl.client.RemoteScheduler`, a reward service), it judges instead of local evaluators."""
 
     def __init__(self, store: Store, devices: tuple[str, ...], eval_overrides: dict | None = None,
-                 proposer: str = "train", model: str | None = None):
+                 proposer: str = "train", model: str | None = None, scheduler: Scheduler | None = None,
+                 parallel: int = 64):
         from kernelrl.evaluate import Evaluator  # the evaluator is heavy; import it only when judging
 
-        self.store, self.proposer, self.model = store, proposer, model
+        self.store, self.proposer, self.model, self.scheduler = store, proposer, model, scheduler
         self._make = lambda device: Evaluator(EvalConfig(device=device).with_(**(eval_overrides or {})))
         self._free: queue.Queue = queue.Queue()
         self._all = []
-        for d in devices:
+        for d in devices if scheduler is None else ():
             ev = self._make(d)
             ev.__enter__()
             self._all.append(ev)
             self._free.put((d, ev))
-        self._threads = ThreadPoolExecutor(max_workers=len(devices), thread_name_prefix="kernelrl-eval")
+        # With a scheduler a thread only waits for its verdict: `parallel` of them keep its queue full.
+        workers = len(devices) if scheduler is None else parallel
+        self._threads = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="kernelrl-eval")
         self._inflight: dict[tuple[str, str], Future] = {}
         self._lock = threading.Lock()
         self.evaluations = 0  # how many programs this pool actually evaluated
@@ -114,6 +119,8 @@ class RewardPool:
 
     def close(self) -> None:
         self._threads.shutdown(wait=True)
+        if self.scheduler is not None:
+            self.scheduler.close()
         for ev in self._all:
             try:
                 ev.__exit__(None, None, None)
@@ -131,6 +138,8 @@ class RewardPool:
             self._inflight.pop(key, None)
 
     def _evaluate(self, task: Task, cand: Candidate, digest: str) -> Judged:
+        if self.scheduler is not None:
+            return self._schedule(task, cand, digest)
         device, ev = self._free.get()
         try:
             self.store.start_evaluation(task, digest, device)
@@ -141,6 +150,18 @@ class RewardPool:
             return Judged(task=task.name, status="error", source=cand.source)
         finally:
             self._free.put((device, ev))
+        return self._recorded(task, cand, digest, verdict)
+
+    def _schedule(self, task: Task, cand: Candidate, digest: str) -> Judged:
+        self.store.start_evaluation(task, digest, "scheduler")
+        try:
+            verdict = self.scheduler.submit(task, cand).result()
+        except Exception as e:  # noqa: BLE001 - the service failed, not the program: no reward, training goes on
+            log.error("judging %s/%s failed: %s", task.name, digest, e)
+            return Judged(task=task.name, status="error", source=cand.source)
+        return self._recorded(task, cand, digest, verdict)
+
+    def _recorded(self, task: Task, cand: Candidate, digest: str, verdict: Verdict) -> Judged:
         self.store.record_verdict(task, digest, verdict)
         with self._lock:
             self.evaluations += 1
@@ -167,7 +188,12 @@ def _program(rollout: Rollout) -> tuple[str | None, str | None]:
     """The program a rollout proposes and, when there is none, why."""
     if rollout.source is not None:
         return rollout.source, None
-    parsed = parse_reply(rollout.reply)
+    return reply_program(rollout.reply)
+
+
+def reply_program(reply: str) -> tuple[str | None, str | None]:
+    """The program an LLM reply proposes (a source defining ModelNew) and, when there is none, why."""
+    parsed = parse_reply(reply)
     if parsed.code is None:
         return None, parsed.error
     try:
