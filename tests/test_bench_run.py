@@ -127,3 +127,124 @@ def test_the_command_explains_a_missing_suite(tmp_path):
     app.command()(bench_command)
     res = CliRunner().invoke(app, [str(tmp_path / "nope"), "--device", "cpu"])
     assert res.exit_code == 2 and "no such suite directory" in res.output
+
+
+BROKEN_REF = '''import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        raise RuntimeError("this reference cannot be built")
+
+    def forward(self, x):
+        return x
+
+
+def get_inputs():
+    return [torch.randn(8)]
+
+
+def get_init_inputs():
+    return []
+'''
+SOFTSIGN_CAND = '''import torch.nn as nn
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        return x / (1 + x.abs())
+'''
+
+
+def _bench(*args: str):
+    app = typer.Typer()
+    app.command()(bench_command)
+    return CliRunner().invoke(app, [*args, "--device", "cpu", "--trials", "1", "--rounds", "2", "--calls", "5"])
+
+
+def _kernelbench_like(tmp_path: Path) -> tuple[Path, Path]:
+    """A suite laid out as KernelBench is: problems named by id, a broken reference, a file that is none."""
+    suite, run = tmp_path / "suite", tmp_path / "run"
+    (suite / "level1").mkdir(parents=True)
+    (suite / "level2").mkdir(parents=True)
+    run.mkdir()
+    shutil.copy(DATA / "suite" / "level1" / "softsign.py", suite / "level1" / "1_Softsign.py")
+    (suite / "level1" / "2_Broken.py").write_text(BROKEN_REF)
+    bad_metadata = BROKEN_REF.replace("import torch\n", "KERNELRL = {'policy': 'fast'}\nimport torch\n", 1)
+    (suite / "level2" / "1_Bad_metadata.py").write_text(bad_metadata)
+    (run / "level_1_problem_2_sample_0_kernel.py").write_text(SOFTSIGN_CAND)
+    return suite, run
+
+
+def test_a_reference_that_cannot_run_or_load_gets_its_reason_in_the_report(tmp_path):
+    suite, run = _kernelbench_like(tmp_path)
+    out = tmp_path / "out"
+    res = _bench(str(suite), "--candidates", str(run), "--json", "--out", str(out), "--no-time-references",
+                 "--cache-dir", str(tmp_path / "cache"))
+    assert res.exit_code == 0, res.output
+    summary = json.loads(res.stdout.strip().splitlines()[-1])
+    by_task = {t["task"]: t for t in summary["tasks"]}
+    assert by_task["level1/1_Softsign"]["status"] == "missing"
+    broken = by_task["level1/2_Broken"]
+    assert broken["status"] == "reference_error"
+    assert "this reference cannot be built" in broken["message"]
+    assert summary["skipped"] == [{"file": "level2/1_Bad_metadata.py",
+                                   "reason": "task metadata: policy must be one of strict, kernelbench, not 'fast'"}]
+    report = (out / "report.md").read_text()
+    assert "this reference cannot be built" in report and "level2/1_Bad_metadata.py" in report
+
+
+def test_a_rerun_with_resume_runs_only_what_is_not_finished(tmp_path):
+    suite, run = _kernelbench_like(tmp_path)
+    out, cache = tmp_path / "out", str(tmp_path / "cache")
+    args = [str(suite), "--candidates", str(run), "--json", "--out", str(out), "--no-time-references",
+            "--cache-dir", cache]
+    first = _bench(*args)
+    assert first.exit_code == 0, first.output
+    assert len((out / "results.jsonl").read_text().splitlines()) == 2
+    again = _bench(*args, "--resume")
+    assert again.exit_code == 0, again.output
+    assert "resuming: 2 of 2 tasks already finished" in again.output
+    assert len((out / "results.jsonl").read_text().splitlines()) == 2  # nothing ran again
+    # A new candidate file is new work; the broken reference's result stands.
+    (run / "level1").mkdir()
+    (run / "level1" / "1_my_softsign.py").write_text(SOFTSIGN_CAND)
+    third = _bench(*args, "--resume")
+    assert third.exit_code == 0, third.output
+    summary = json.loads(third.stdout.strip().splitlines()[-1])
+    assert [(t["task"], t["status"]) for t in summary["tasks"]] == [("level1/1_Softsign", "ok"),
+                                                                    ("level1/2_Broken", "reference_error")]
+    assert len((out / "results.jsonl").read_text().splitlines()) == 3
+
+
+def test_levels_run_apart_add_up_to_one_report(tmp_path):
+    suite = tmp_path / "suite"
+    for rel in ("level1/1_Softsign.py", "level2/1_Softsign.py"):
+        (suite / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(DATA / "suite" / "level1" / "softsign.py", suite / rel)
+    out = tmp_path / "out"
+    args = [str(suite), "--json", "--out", str(out), "--no-time-references", "--cache-dir", str(tmp_path / "c")]
+    assert _bench(*args, "--level", "1").exit_code == 0
+    res = _bench(*args, "--level", "2", "--resume")
+    assert res.exit_code == 0, res.output
+    summary = json.loads(res.stdout.strip().splitlines()[-1])
+    assert [t["task"] for t in summary["tasks"]] == ["level1/1_Softsign", "level2/1_Softsign"]
+    assert list(summary["levels"]) == ["level1", "level2"]
+
+
+def test_a_time_limit_leaves_tasks_for_a_resumed_run(tmp_path):
+    suite, run = _kernelbench_like(tmp_path)
+    res = _bench(str(suite), "--candidates", str(run), "--out", str(tmp_path / "out"), "--time-limit", "0.000001",
+                 "--cache-dir", str(tmp_path / "cache"))
+    assert res.exit_code == 0, res.output
+    assert "2 tasks not started; run again with --resume" in res.output
+
+
+@pytest.mark.parametrize("args, needle", [(["--resume"], "--resume needs --out"),
+                                          (["--policy", "loose"], "--policy must be one of strict, kernelbench"),
+                                          (["--level", "9"], "no tasks in level '9'")])
+def test_bad_bench_options_are_one_line_errors(tmp_path, args, needle):
+    res = _bench(str(DATA / "suite"), *args)
+    assert res.exit_code == 2 and needle in res.output, res.output

@@ -1,9 +1,10 @@
-"""Suite discovery: levels from folder names, candidates by relative path or file name, skipped files."""
+"""Suite discovery: levels from folder names, candidates by relative path, file name or KernelBench problem id,
+skipped files."""
 from pathlib import Path
 
 import pytest
 
-from kernelrl.bench.suite import SuiteError, discover, level_of
+from kernelrl.bench.suite import SuiteError, discover, level_of, select_levels
 
 REF = '''"""{doc}"""
 import torch
@@ -111,3 +112,41 @@ def test_the_project_suite_has_three_levels_and_a_quarter_with_candidates():
     assert len(with_cand) * 4 >= len(suite.tasks)
     every_candidate = sorted((REPO / "suite" / "candidates").rglob("*.py"))
     assert len(with_cand) == len(every_candidate)  # no candidate without its task
+
+
+def test_kernelbench_generation_runs_match_by_level_and_problem_id(tmp_path):
+    for rel in ("level1/12_Matmul_with_diagonal.py", "level2/3_Conv_Add.py", "level3/1_MLP.py", "level3/2_Other.py"):
+        write(tmp_path / "suite" / rel, REF.format(doc=rel))
+    write(tmp_path / "run" / "level_1_problem_12_sample_1_kernel.py", CAND)
+    first = write(tmp_path / "run" / "level_1_problem_12_sample_0_kernel.py", CAND)  # the lowest sample wins
+    folder = write(tmp_path / "run" / "level2" / "3_my_fused_conv.py", CAND)
+    flat = write(tmp_path / "run" / "level_3_problem_1_sample_0_kernel.py", CAND)
+    write(tmp_path / "run" / "level_1_problem_2_sample_0_kernel.py", CAND)  # level 1's problem 2, not level 3's
+    found = {t.rel_path: t.candidate_path for t in discover(tmp_path / "suite", tmp_path / "run").tasks}
+    assert found == {"level1/12_Matmul_with_diagonal.py": str(first), "level2/3_Conv_Add.py": str(folder),
+                     "level3/1_MLP.py": str(flat), "level3/2_Other.py": None}
+
+
+def test_the_file_name_rule_comes_before_the_problem_id(tmp_path):
+    write(tmp_path / "suite" / "level1" / "5_Relu.py", REF.format(doc="relu"))
+    write(tmp_path / "cands" / "level_1_problem_5_sample_0_kernel.py", CAND)
+    same_name = write(tmp_path / "cands" / "elsewhere" / "5_Relu.py", CAND)
+    assert discover(tmp_path / "suite", tmp_path / "cands").tasks[0].candidate_path == str(same_name)
+
+
+def test_two_candidates_for_one_problem_match_nothing_and_say_why(tmp_path):
+    write(tmp_path / "suite" / "level1" / "7_Gelu.py", REF.format(doc="gelu"))
+    write(tmp_path / "cands" / "level1" / "7_a.py", CAND)
+    write(tmp_path / "cands" / "level1" / "7_b.py", CAND)
+    task = discover(tmp_path / "suite", tmp_path / "cands").tasks[0]
+    assert task.candidate_path is None
+    assert "2 candidates for level1 problem 7" in task.note
+
+
+def test_levels_are_selected_by_number_or_name(tmp_path):
+    for rel in ("level1/a.py", "level2/b.py", "level3/c.py"):
+        write(tmp_path / rel, REF.format(doc=rel))
+    suite = discover(tmp_path)
+    assert [t.rel_path for t in select_levels(suite, ["1", "level_3"]).tasks] == ["level1/a.py", "level3/c.py"]
+    with pytest.raises(SuiteError, match="no tasks in level '4'; this suite has level1, level2, level3"):
+        select_levels(suite, ["4"])

@@ -71,7 +71,9 @@ class Server:
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     root = tmp_path_factory.mktemp("serve")
-    s = Server(root / "jobs.db", root / "cache", token=TOKEN)
+    (root / "suite" / "level1").mkdir(parents=True)
+    (root / "suite" / "level1" / "scale_add.py").write_text(REFERENCE)
+    s = Server(root / "jobs.db", root / "cache", token=TOKEN, extra=("--suite", str(root / "suite")))
     yield s
     s.stop()
 
@@ -137,6 +139,13 @@ def test_an_identical_request_is_answered_from_the_store(client):
     assert fresh != first
 
 
+def test_a_suite_task_id_names_the_same_task_as_its_source(client):
+    by_source = client.submit(variant("suite"), reference=REFERENCE)
+    client.wait(by_source, timeout=300)
+    assert client.submit(variant("suite"), task="level1/scale_add") == by_source  # its path in the suite
+    assert client.submit(variant("suite"), task="scale_add") == by_source        # its file name, unique there
+
+
 def test_without_the_token_or_with_a_wrong_one_every_request_gets_401(server, client):
     body = json.dumps(request(CORRECT, reference=REFERENCE)).encode()
     for token in (None, "wrong"):
@@ -156,7 +165,7 @@ BAD = [
     (json.dumps({"reference": REFERENCE, "candidate": "x = 1\n"}).encode(), 400, "ModelNew"),
     (json.dumps({"reference": REFERENCE, "candidate": CORRECT, "policy": "lenient"}).encode(), 400, "unknown policy"),
     (json.dumps({"reference": REFERENCE}).encode(), 400, "candidate"),
-    (json.dumps({"task": "nope", "candidate": CORRECT}).encode(), 400, "no suite"),
+    (json.dumps({"task": "nope", "candidate": CORRECT}).encode(), 400, "unknown task 'nope'"),
     (json.dumps({"reference": REFERENCE, "candidate": CORRECT, "extra": 1}).encode(), 400, "unknown field"),
     (json.dumps([1, 2]).encode(), 400, "JSON object"),
     (json.dumps({"reference": REFERENCE, "candidate": CORRECT + "#" * 1_100_000}).encode(), 413, "limit"),
@@ -240,3 +249,12 @@ def test_refuses_to_listen_on_a_public_address_without_a_token(tmp_path):
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and "KERNELRL_API_TOKEN" in lines[0] and "untrusted" in lines[0], r.stderr
     assert not (tmp_path / "jobs.db").exists()
+
+
+def test_train_with_a_service_that_is_not_there_says_so_in_one_line(tmp_path):
+    r = subprocess.run([sys.executable, "-m", "kernelrl.cli", "train", "--smoke", "--service", "http://127.0.0.1:9",
+                        "--out", str(tmp_path / "run")], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert r.returncode == 2, r.stderr
+    errors = [line for line in r.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "cannot reach the kernelrl service at http://127.0.0.1:9" in errors[0], r.stderr
+    assert "Traceback" not in r.stderr

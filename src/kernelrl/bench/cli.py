@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import json
 import sys
+import time
+from dataclasses import replace
 from pathlib import Path
 from typing import List, Optional
 
@@ -13,6 +15,7 @@ from rich.table import Table
 
 from kernelrl.bench.metrics import FAST_P, Summary
 from kernelrl.bench.result import BASELINES, TaskResult
+from kernelrl.task import POLICY_HELP
 
 err = Console(stderr=True, width=max(Console(stderr=True).width, 132))
 
@@ -41,47 +44,86 @@ def bench_command(
     fresh: bool = typer.Option(False, "--fresh-baselines", help="re-time references even when cached"),
     cache_dir: Optional[Path] = typer.Option(None, help="cache folder (default: $KERNELRL_CACHE or "
                                                         "~/.cache/kernelrl)"),
+    policy: str = typer.Option("strict", help=POLICY_HELP),
+    level: List[str] = typer.Option([], "--level", "-l", help="run only this level (1, level1 or level_1); "
+                                                              "repeat for several"),
+    resume: bool = typer.Option(False, "--resume", help="keep the finished results in --out's results.jsonl and "
+                                                        "run only the rest (the report covers both)"),
+    time_limit: Optional[float] = typer.Option(None, help="start no task after this many seconds (finish with "
+                                                          "--resume)"),
 ):
     """Evaluate every task's candidate and report fast_p, speedups and status counts, per level and overall."""
     from kernelrl.bench.baselines import BaselineCache, device_name
     from kernelrl.bench.report import summary_dict, write_report
+    from kernelrl.bench.resume import RESULTS_FILE, ResultLog, result_key
     from kernelrl.bench.runner import BenchConfig, run_suite
-    from kernelrl.bench.suite import SuiteError, discover
+    from kernelrl.bench.suite import SuiteError, discover, select_levels
     from kernelrl.evaluate import EvalConfig, EvaluationError, check_device
+    from kernelrl.task import check_policy
 
     if baseline not in BASELINES:
         _fail(f"--baseline must be one of {', '.join(BASELINES)}, not {baseline!r}")
     if timeout <= 0 or trials < 1 or rounds < 1 or calls < 1:
         _fail("--timeout, --trials, --rounds and --calls must be positive")
+    if time_limit is not None and time_limit <= 0:
+        _fail("--time-limit must be positive")
+    if resume and out is None:
+        _fail("--resume needs --out (the folder whose results.jsonl holds the finished tasks)")
+    try:
+        check_policy(policy)
+    except ValueError as e:
+        _fail(f"--{e}")
     devices = _devices(device)
     try:
         for d in devices:
             check_device(d)
-        suite = discover(tasks_dir, candidates)
+        whole = discover(tasks_dir, candidates)
+        suite = select_levels(whole, level) if level else whole
     except (EvaluationError, SuiteError) as e:
         _fail(str(e))
-    for rel, why in suite.skipped:
+    for rel, why in whole.skipped:
         err.print(f"[yellow]skipped[/] {rel}: {why}", highlight=False)
 
     eval_cfg = EvalConfig(timeout_s=timeout, build_timeout_s=min(timeout, 240.0), correctness_trials=trials,
-                          timing_rounds=rounds, calls_per_round=calls,
+                          timing_rounds=rounds, calls_per_round=calls, policy=policy,
                           **({"cache_dir": str(cache_dir)} if cache_dir else {}))
+    keys = {st.name: result_key(st, eval_cfg.policy_for(st.task.meta), baseline) for st in whole.tasks}
+    log = ResultLog(out / RESULTS_FILE) if out is not None else None
+    done = log.load() if log is not None and resume else {}
+    if log is not None and not resume:
+        log.reset()
+    todo = [st for st in suite.tasks if keys[st.name] not in done]
+    if done:
+        err.print(f"resuming: {len(suite.tasks) - len(todo)} of {len(suite.tasks)} tasks already finished in "
+                  f"{log.path}", highlight=False)
     config = BenchConfig(devices=devices, baseline=baseline, eval=eval_cfg, time_references=references,
                          compiled_references=compiled_references, use_cache=not fresh)
     cache = BaselineCache(eval_cfg.cache_path / "bench" / "baselines.sqlite")
     with Progress(TextColumn("[bold]bench[/]"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   TextColumn("{task.description}"), console=err, transient=False) as progress:
-        bar = progress.add_task("", total=len(suite.tasks))
+        bar = progress.add_task("", total=len(todo))
 
         def advance(r: TaskResult):
+            if log is not None:
+                log.append(keys[r.task], r)
             progress.update(bar, advance=1, description=f"{r.task}: {r.status}{_speed(r.speedup)}")
 
+        deadline = time.monotonic() + time_limit if time_limit is not None else None
         try:
-            results = run_suite(suite, config, cache, on_result=advance)
+            fresh_results = run_suite(replace(suite, tasks=tuple(todo)), config, cache, on_result=advance,
+                                      deadline=deadline)
         except EvaluationError as e:
             _fail(str(e))
+    if len(fresh_results) < len(todo):
+        err.print(f"[yellow]time limit:[/] {len(todo) - len(fresh_results)} tasks not started; run again with "
+                  "--resume to finish them", highlight=False)
+    # The report covers every task of the suite with a result: this run's and, with --resume, earlier ones.
+    new = {r.task: r for r in fresh_results}
+    results = [new.get(st.name) or done.get(keys[st.name]) for st in whole.tasks]
+    results = [r for r in results if r is not None]
     summary = summary_dict(results, baseline, devices=devices, suite=str(tasks_dir),
-                           device_names=tuple(dict.fromkeys(device_name(d) for d in devices)))
+                           device_names=tuple(dict.fromkeys(device_name(d) for d in devices)), policy=policy,
+                           skipped=whole.skipped)
     print_summary(summary, console=err if json_out else Console(width=max(Console().width, 132)))
     if out is not None:
         paths = write_report(results, summary, out)

@@ -15,7 +15,7 @@ from kernelrl.bench.metrics import FAST_P, Summary, by_level, summarize
 from kernelrl.bench.result import TaskResult
 
 CSV_FIELDS = ("task", "level", "status", "speedup", "eager_speedup", "compile_speedup", "reference_us",
-              "reference_compiled_us", "candidate_us", "method", "device", "candidate", "message")
+              "reference_compiled_us", "candidate_us", "method", "device", "policy", "candidate", "message")
 
 
 def software() -> dict:
@@ -25,14 +25,18 @@ def software() -> dict:
 
 
 def summary_dict(results: list[TaskResult], baseline: str, devices: tuple[str, ...] = (),
-                 suite: str = "", device_names: tuple[str, ...] = ()) -> dict:
-    """The one JSON object a bench run reports: overall metrics, per-level metrics and per-task results."""
+                 suite: str = "", device_names: tuple[str, ...] = (), policy: str = "strict",
+                 skipped: tuple[tuple[str, str], ...] = ()) -> dict:
+    """The one JSON object a bench run reports: overall metrics, per-level metrics, per-task results, and the
+    suite's files that could not be loaded as references (`skipped`: relative path and reason)."""
     overall = summarize(results)
     d = overall.to_dict()
     d.update(
         baseline=baseline, suite=suite, devices=list(devices), device_names=list(device_names), software=software(),
+        policy=policy, task_policies={r.task: r.policy for r in results if r.policy and r.policy != policy},
         levels={lvl: s.to_dict() for lvl, s in by_level(results).items()},
         tasks=[r.to_dict() for r in results],
+        skipped=[{"file": rel, "reason": why} for rel, why in skipped],
     )
     return d
 
@@ -94,8 +98,10 @@ def markdown(summary: dict, results: list[TaskResult], plot_name: str | None = N
     lines = [f"# Bench report: {summary.get('suite') or 'suite'}", ""]
     devs = ", ".join(summary.get("device_names") or summary.get("devices") or [])
     sw = summary.get("software", {})
+    own = summary.get("task_policies") or {}
     lines += [f"Devices: {devs or '?'} · torch {sw.get('torch')} (CUDA {sw.get('cuda')}) · kernelrl "
-              f"{sw.get('kernelrl')} · baseline: **{baseline}**", ""]
+              f"{sw.get('kernelrl')} · baseline: **{baseline}** · precision policy: "
+              f"**{summary.get('policy', 'strict')}**" + (f" ({len(own)} tasks set their own)" if own else ""), ""]
     lines += ["fast_p = share of all tasks whose candidate is correct and more than p× faster than the "
               "baseline; speedup statistics are over correct candidates. Times are medians per call by each "
               "task's method: cuda_graph is device time (both programs replayed from CUDA graphs), cuda_events "
@@ -112,12 +118,18 @@ def markdown(summary: dict, results: list[TaskResult], plot_name: str | None = N
     lines += ["", "Status counts: " + ", ".join(f"{k} {v}" for k, v in summary["counts"].items()), ""]
     if plot_name:
         lines += [f"![speedup per level]({plot_name})", ""]
+    if summary.get("skipped"):
+        lines += ["## Files not loaded as references", "", "| file | reason |", "|---|---|"]
+        lines += [f"| {s['file']} | {s['reason'].replace('|', chr(92) + '|')} |" for s in summary["skipped"]]
+        lines += [""]
     lines += ["## Tasks", "",
               "| task | status | speedup | vs eager | vs compile | eager ref (µs) | compiled ref (µs) | "
               "candidate (µs) | method | note |",
               "|---|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         note = (r.message or "").replace("|", "\\|").replace("\n", " ")[:120]
+        if r.task in own:
+            note = f"{own[r.task]} policy; {note}"
         lines.append(f"| {r.task} | {r.status} | {_x(r.speedup)} | {_x(r.eager_speedup)} | "
                      f"{_x(r.compile_speedup)} | {_us(r.reference_us)} | {_us(r.reference_compiled_us)} | "
                      f"{_us(r.candidate_us)} | {r.method or ''} | {note} |")

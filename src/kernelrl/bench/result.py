@@ -31,6 +31,7 @@ class TaskResult:
     device: str = ""
     message: str = ""
     description: str = ""
+    policy: str = ""                            # precision policy the task was judged under ("" in old results)
     verdict: Verdict | None = None
 
     def __post_init__(self):
@@ -89,5 +90,5 @@ def from_verdict(task: str, level: str, verdict: Verdict, baseline: str, *, cand
         reference_compiled_us=reference_compiled.median_us if reference_compiled else None,
         candidate_us=v_cand.median_us if v_cand else None, method=method,
         candidate=candidate, device=verdict.device, message=verdict.message, description=description,
-        verdict=verdict,
+        policy=verdict.policy, verdict=verdict,
     )

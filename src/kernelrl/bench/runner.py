@@ -78,7 +78,7 @@ def run_task(ev: Evaluator, st: SuiteTask, config: BenchConfig, cache: BaselineC
              environment: str) -> TaskResult:
     """Reference timings (cached) and the verdict of one task's candidate on `ev`'s device."""
     base = dict(task=st.name, level=st.level, candidate=st.candidate_path, device=str(ev.device),
-                description=st.task.meta.description)
+                description=st.task.meta.description, policy=ev.config.policy_for(st.task.meta))
     ref_t = comp_t = None
     notes = []
     need_eager = config.time_references or st.candidate_path is not None
@@ -100,7 +100,8 @@ def run_task(ev: Evaluator, st: SuiteTask, config: BenchConfig, cache: BaselineC
                 reference_compiled_us=comp_t.median_us if comp_t else None,
                 method=ref_t.method if ref_t else None)
     if st.candidate_path is None:
-        return TaskResult(status="missing", message="; ".join(["no candidate file"] + notes), **base)
+        missing = "no candidate file" + (f" ({st.note})" if st.note else "")
+        return TaskResult(status="missing", message="; ".join([missing] + notes), **base)
     try:
         cand = Candidate.from_file(st.candidate_path)
     except TaskError as e:
@@ -109,6 +110,9 @@ def run_task(ev: Evaluator, st: SuiteTask, config: BenchConfig, cache: BaselineC
         verdict = ev.evaluate(st.task, cand)
     except EvaluationError as e:
         return TaskResult(status="reference_error", message=str(e), **base)
+    except Exception as e:  # noqa: BLE001 - a worker lost mid-run (the reference's, say): this task's reason
+        return TaskResult(status="reference_error", message=f"the evaluation failed: {type(e).__name__}: {e}"[:2000],
+                          **base)
     result = from_verdict(st.name, st.level, verdict, config.baseline, candidate=st.candidate_path,
                           reference=ref_t, reference_compiled=comp_t, description=st.task.meta.description)
     return replace(result, message="; ".join(([result.message] if result.message else []) + notes))

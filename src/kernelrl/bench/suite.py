@@ -3,17 +3,23 @@
 A task's level comes from the first folder on its relative path named like `level1`, `level_2` or `Level-3`
 (normalised to `level1`...); otherwise from its first folder; top-level files have level "". A candidate is
 found at the same relative path under the candidates directory, else by file name anywhere under it (the one
-in the same level folder wins when several share a name). Nothing here runs task or candidate code.
+in the same level folder wins when several share a name), else by level and problem id as KernelBench's own
+generation runs write them: `level1/12_anything.py` for the reference `level1/12_Matmul_....py`, or a flat
+`level_1_problem_12_sample_0_kernel.py` (the lowest sample when there are several). Nothing here runs task or
+candidate code.
 """
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from kernelrl.task import Task, TaskError
 
 _LEVEL = re.compile(r"^level[\s_-]*(\d+)$", re.IGNORECASE)
+_PROBLEM = re.compile(r"^(\d+)_")  # KernelBench names a problem's file "<id>_<Name>.py"
+# KernelBench's generation runs: level_1_problem_12_sample_0_kernel.py (also level1_problem_12...).
+_GENERATED = re.compile(r"^level[_-]?(\d+)[_-]problem[_-]?(\d+)(?:[_-]sample[_-]?(\d+))?", re.IGNORECASE)
 _IGNORED_DIRS = {"__pycache__", ".git", ".ipynb_checkpoints", "candidates"}
 
 
@@ -29,6 +35,7 @@ class SuiteTask:
     rel_path: str  # relative to the suite directory, '/'-separated
     level: str
     candidate_path: str | None = None
+    note: str = ""  # why no candidate was matched, where one could not be chosen
 
     @property
     def name(self) -> str:
@@ -58,6 +65,19 @@ def level_of(rel_path: str) -> str:
     return folders[0] if folders else ""
 
 
+def select_levels(suite: Suite, levels: list[str]) -> Suite:
+    """The part of `suite` in `levels` ("1", "level1" and "level_1" name the same level); SuiteError for a level
+    with no tasks."""
+    wanted = []
+    for name in levels:
+        m = _LEVEL.match(name.strip()) or re.match(r"^(\d+)$", name.strip())
+        level = f"level{int(m.group(1))}" if m else name.strip()
+        if level not in suite.levels:
+            raise SuiteError(f"no tasks in level {name!r}; this suite has {', '.join(suite.levels) or 'none'}")
+        wanted.append(level)
+    return replace(suite, tasks=tuple(t for t in suite.tasks if t.level in wanted))
+
+
 def level_sort_key(level: str) -> tuple:
     """Sort level1 < level2 < level10 < other names."""
     m = re.match(r"^level(\d+)$", level)
@@ -74,6 +94,7 @@ def discover(tasks_dir: str | Path, candidates_dir: str | Path | None = None) ->
         raise SuiteError(f"{cands_root}: no such candidates directory")
     skip_root = cands_root.resolve() if cands_root is not None else None
     by_name = _candidate_index(cands_root) if cands_root is not None else {}
+    by_problem = _problem_index(cands_root, by_name) if cands_root is not None else {}
 
     tasks, skipped = [], []
     for path in sorted(root.rglob("*.py")):
@@ -87,8 +108,8 @@ def discover(tasks_dir: str | Path, candidates_dir: str | Path | None = None) ->
         except TaskError as e:
             skipped.append((rel_s, str(e)))
             continue
-        cand = _match(rel, level, cands_root, by_name) if cands_root is not None else None
-        tasks.append(SuiteTask(task=task, rel_path=rel_s, level=level, candidate_path=cand))
+        cand, note = _match(rel, level, cands_root, by_name, by_problem) if cands_root is not None else (None, "")
+        tasks.append(SuiteTask(task=task, rel_path=rel_s, level=level, candidate_path=cand, note=note))
     if not tasks:
         detail = f" ({len(skipped)} .py files skipped: {skipped[0][1]})" if skipped else ""
         raise SuiteError(f"{root}: no KernelBench-format references found{detail}; each needs class Model, "
@@ -120,13 +141,49 @@ def _candidate_index(cands_root: Path) -> dict[str, list[Path]]:
     return index
 
 
-def _match(rel: Path, level: str, cands_root: Path, by_name: dict[str, list[Path]]) -> str | None:
+def problem_id(name: str) -> int | None:
+    """The KernelBench problem id a file name starts with ("12_Matmul.py" -> 12), or None."""
+    m = _PROBLEM.match(name)
+    return int(m.group(1)) if m else None
+
+
+def _problem_index(cands_root: Path, by_name: dict[str, list[Path]]) -> dict[tuple[str, int], list[tuple[int, Path]]]:
+    """Candidates by (level, problem id), each with its sample number (0 where the name has none)."""
+    index: dict[tuple[str, int], list[tuple[int, Path]]] = {}
+    for paths in by_name.values():
+        for p in paths:
+            m = _GENERATED.match(p.name)
+            if m:
+                key, sample = (f"level{int(m.group(1))}", int(m.group(2))), int(m.group(3) or 0)
+            else:
+                level, pid = level_of(p.relative_to(cands_root).as_posix()), problem_id(p.name)
+                if not level.startswith("level") or pid is None:
+                    continue
+                key, sample = (level, pid), 0
+            index.setdefault(key, []).append((sample, p))
+    return index
+
+
+def _match(rel: Path, level: str, cands_root: Path, by_name: dict[str, list[Path]],
+           by_problem: dict[tuple[str, int], list[tuple[int, Path]]]) -> tuple[str | None, str]:
+    """The candidate file for the task at `rel`, or None and why none was chosen ("" when there is none)."""
     exact = cands_root / rel
     if exact.is_file():
-        return str(exact)
+        return str(exact), ""
     found = by_name.get(rel.name, [])
     if len(found) == 1:
-        return str(found[0])
+        return str(found[0]), ""
     same_level = [p for p in found if level and level_of(p.relative_to(cands_root).as_posix()) == level]
-    # Several files share the name and none is the unique one in the task's level: no guess.
-    return str(same_level[0]) if len(same_level) == 1 else None
+    if len(same_level) == 1:
+        return str(same_level[0]), ""
+    if found:  # several files share the name and none is the unique one in the task's level: no guess
+        return None, f"{len(found)} candidates named {rel.name} and none in {level or 'the top level'} alone"
+    pid = problem_id(rel.name)
+    matches = sorted(by_problem.get((level, pid), []), key=lambda sp: (sp[0], str(sp[1]))) if pid is not None else []
+    if not matches:
+        return None, ""
+    lowest = [p for sample, p in matches if sample == matches[0][0]]
+    if len(lowest) > 1:
+        return None, (f"{len(lowest)} candidates for {level} problem {pid} "
+                      f"({', '.join(p.name for p in lowest[:3])}): no guess")
+    return str(lowest[0]), ""

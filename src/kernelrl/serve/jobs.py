@@ -16,6 +16,7 @@ import uuid
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from kernelrl.search.store import _Transaction as Transaction  # BEGIN IMMEDIATE … COMMIT, as the search store
 from kernelrl.task import Candidate, Task
 from kernelrl.verdict import Verdict
 
@@ -130,7 +131,7 @@ class JobStore:
     def add(self, task: Task, candidate: Candidate, policy: str, key: str, reuse: bool = True) -> tuple[str, bool]:
         """Accept a job; returns (id, cached). With `reuse`, a job with the same key that is queued, running
         or done answers instead (its id, cached True)."""
-        with self._lock, _Tx(self._db):
+        with self._lock, Transaction(self._db):
             if reuse:
                 row = self._db.execute(
                     "SELECT id FROM jobs WHERE key=? AND reusable=1 AND state!='failed' "
@@ -147,14 +148,14 @@ class JobStore:
 
     def requeue_running(self) -> int:
         """Queue again every job a previous process left running (it died before the verdict); returns how many."""
-        with self._lock, _Tx(self._db):
+        with self._lock, Transaction(self._db):
             return self._db.execute("UPDATE jobs SET state='queued' WHERE state='running'").rowcount
 
     def claim(self, n: int) -> list[tuple[str, Task, Candidate, str]]:
         """Mark up to `n` oldest queued jobs running; returns (id, task, candidate, policy) for each."""
         if n <= 0:
             return []
-        with self._lock, _Tx(self._db):
+        with self._lock, Transaction(self._db):
             rows = self._db.execute("SELECT id, task, candidate, policy FROM jobs WHERE state='queued' "
                                     "ORDER BY submitted_at LIMIT ?", (n,)).fetchall()
             now = time.time()
@@ -166,7 +167,7 @@ class JobStore:
 
     def finish(self, job_id: str, verdict: Verdict) -> bool:
         """Record the job's verdict unless it already has one; True when this call wrote it."""
-        with self._lock, _Tx(self._db):
+        with self._lock, Transaction(self._db):
             now = time.time()
             cur = self._db.execute("UPDATE jobs SET state='done', finished_at=?, error=NULL "
                                    "WHERE id=? AND state IN ('queued', 'running')", (now, job_id))
@@ -178,7 +179,7 @@ class JobStore:
 
     def fail(self, job_id: str, error: str) -> bool:
         """Mark the job failed (no verdict: the evaluation could not run); True when this call did."""
-        with self._lock, _Tx(self._db):
+        with self._lock, Transaction(self._db):
             cur = self._db.execute("UPDATE jobs SET state='failed', finished_at=?, error=? "
                                    "WHERE id=? AND state IN ('queued', 'running')", (time.time(), error, job_id))
             return cur.rowcount == 1
@@ -208,16 +209,3 @@ class JobStore:
             rows = self._db.execute("SELECT j.id, COUNT(v.seq) FROM jobs j LEFT JOIN verdicts v "
                                     "ON v.job_id = j.id GROUP BY j.id").fetchall()
         return {r[0]: r[1] for r in rows}
-
-
-class _Tx:
-    """BEGIN IMMEDIATE … COMMIT (ROLLBACK on an exception): one writer at a time, across processes too."""
-
-    def __init__(self, db: sqlite3.Connection):
-        self.db = db
-
-    def __enter__(self):
-        self.db.execute("BEGIN IMMEDIATE")
-
-    def __exit__(self, exc_type, *_):
-        self.db.execute("ROLLBACK" if exc_type else "COMMIT")
