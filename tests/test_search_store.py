@@ -79,6 +79,20 @@ def test_recent_failures_carry_the_verdict_message(store):
     assert (f.status, f.message, f.proposer) == ("incorrect", "output 0 mismatched", "llm")
 
 
+def test_outcomes_list_every_finished_evaluation_in_the_order_judged(store):
+    slow, broken, fast, pending = (store.add_candidate(TASK, src(n), p) for n, p in
+                                   ((1, "reference"), (2, "llm"), (3, "llm"), (4, "llm")))
+    store.add_candidate(TASK, src(3), "llm")  # the same source again: still one evaluation, under the first id
+    store.record_verdict(TASK, fast.digest, ok(fast, 2.0))
+    store.record_verdict(TASK, broken.digest, Verdict(status="compile_error", message="syntax error at line 2"))
+    store.record_verdict(TASK, slow.digest, ok(slow, 1.0))
+    outcomes = store.outcomes(TASK)
+    assert [(o.candidate_id, o.proposer, o.status, o.speedup) for o in outcomes] == [
+        (fast.id, "llm", "ok", 2.0), (broken.id, "llm", "compile_error", None), (slow.id, "reference", "ok", 1.0)]
+    assert outcomes[1].message == "syntax error at line 2" and pending.id not in [o.candidate_id for o in outcomes]
+    assert [f.candidate_id for f in store.recent_failures(TASK)] == [broken.id]
+
+
 def test_start_evaluation_counts_attempts(store):
     rec = store.add_candidate(TASK, src(1), "llm")
     assert store.start_evaluation(TASK, rec.digest, "cpu") == 1

@@ -20,7 +20,7 @@ from kernelrl.search.llm import Budget, LLMClient, LLMConfig, LLMError
 from kernelrl.search.loop import Loop, LoopConfig, LoopError, Snapshot
 from kernelrl.search.report import write_report
 from kernelrl.search.store import Store, StoreError
-from kernelrl.task import Task, TaskError
+from kernelrl.task import POLICY_HELP, Task, TaskError
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -48,6 +48,9 @@ def optimize_command(
     api_key_env: Optional[str] = typer.Option(None, "--api-key-env", help="Environment variable holding the API "
                                                                           "key (default: OPENAI_API_KEY)."),
     concurrency: Optional[int] = typer.Option(None, "--concurrency", help="LLM calls in flight at once (default: 4)."),
+    lookahead: Optional[int] = typer.Option(None, "--lookahead", help="Build a prompt only while at most this many "
+                                            "proposals are unjudged, so it shows the verdicts of the others "
+                                            "(default: --concurrency; 0: one proposal at a time)."),
     proposers: Optional[str] = typer.Option(None, "--proposers", help="Comma-separated seed proposers "
                                                                       "(default: all that apply); 'none' for none."),
     exemplars: Optional[int] = typer.Option(None, "--exemplars", help="Earlier variants per prompt (default: 2)."),
@@ -72,6 +75,8 @@ def optimize_command(
         None, "--review-speedup", help="Ask the LLM for a second opinion on correct candidates at least this fast "
                                        "(or with hack warnings); recorded in the store, never changes a verdict."),
     config: Optional[Path] = typer.Option(None, "--config", help="TOML file with llm, loop and eval sections."),
+    policy: Optional[str] = typer.Option(None, "--policy", help=POLICY_HELP + " (default: the config's [eval] "
+                                                                "policy, else strict)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No live display; log lines only."),
 ):
     """Make TASK faster: seed with non-LLM rewrites, then ask an LLM for faster variants, showing it earlier
@@ -81,7 +86,7 @@ def optimize_command(
         code = _optimize(console, task, device, model, iterations, budget, out, base_url, api_key_env, concurrency,
                          proposers, exemplars, strategy, target, price_in, price_out, temperature, max_tokens,
                          max_completion_tokens, reasoning_effort, stream, timeout, target_speedup, patience,
-                         time_limit, seed, config, quiet, review_speedup)
+                         time_limit, seed, config, quiet, review_speedup, lookahead, policy=policy)
     except (TaskError, StoreError, LLMError, LoopError, ValueError) as e:
         console.print(f"[red]error:[/red] {e}")
         raise typer.Exit(1)
@@ -91,7 +96,7 @@ def optimize_command(
 def _optimize(console, task_path, devices, model, iterations, budget, out, base_url, api_key_env, concurrency,
               proposers, exemplars, strategy, target, price_in, price_out, temperature, max_tokens,
               max_completion_tokens, reasoning_effort, stream, timeout, target_speedup, patience, time_limit, seed,
-              config_path, quiet, review_speedup=None) -> int:
+              config_path, quiet, review_speedup=None, lookahead=None, policy=None) -> int:
     from kernelrl.evaluate import EvalConfig, Evaluator
 
     file_cfg = _read_config(config_path)
@@ -112,7 +117,7 @@ def _optimize(console, task_path, devices, model, iterations, budget, out, base_
     _put(prompt_d, target=target)
     _put(loop_d, iterations=iterations, exemplars=exemplars, exemplar_strategy=strategy,
          target_speedup=target_speedup, patience=patience, time_limit_s=time_limit, seed=seed,
-         review_speedup=review_speedup)
+         review_speedup=review_speedup, lookahead=lookahead)
     if proposers is not None:
         loop_d["proposers"] = () if proposers.strip() == "none" else tuple(
             p.strip() for p in proposers.split(",") if p.strip())
@@ -120,7 +125,10 @@ def _optimize(console, task_path, devices, model, iterations, budget, out, base_
     if not llm_d.get("model"):
         loop_d["iterations"] = 0
     loop_cfg = LoopConfig.from_dict(dict(loop_d, prompt=prompt_d))
-    eval_cfgs = [EvalConfig.from_dict(dict(file_cfg.get("eval", {}), device=d)) for d in devices]
+    eval_d = dict(file_cfg.get("eval", {}))
+    _put(eval_d, policy=policy)
+    eval_cfgs = [EvalConfig.from_dict(dict(eval_d, device=d)) for d in devices]
+    run_info = {"policy": eval_cfgs[0].policy_for(task.meta)}
 
     if budget_usd is not None and not (llm_d.get("price_in_per_mtok") or llm_d.get("price_out_per_mtok")):
         console.print("[yellow]warning:[/yellow] --budget without --price-in/--price-out: every call costs $0, "
@@ -146,9 +154,10 @@ def _optimize(console, task_path, devices, model, iterations, budget, out, base_
             else:
                 result = loop.run()
         except LoopError:
-            write_report(store, task, out, run={"stop_reason": "error"})
+            write_report(store, task, out, run={"stop_reason": "error", **run_info})
             raise
-        report = write_report(store, task, out, run={"stop_reason": result.stop_reason, "seconds": result.seconds})
+        report = write_report(store, task, out, run={"stop_reason": result.stop_reason, "seconds": result.seconds,
+                                                     **run_info})
     best = result.best
     console.print(f"stopped: {result.stop_reason}; "
                   + (f"best verified speedup [bold green]{best.speedup:.3f}x[/bold green] "

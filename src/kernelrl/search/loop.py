@@ -1,6 +1,8 @@
 """The optimisation loop: propose, evaluate, show the results to the next proposal, repeat.
 
 LLM calls run concurrently in a thread pool while one worker thread per device keeps its Evaluator busy.
+A prompt is built only while at most `lookahead` proposals are unjudged, so however fast the LLM answers,
+each prompt shows the verdicts of all but the last few proposals (else the loop would be best-of-N sampling).
 Every proposal is stored before it is judged, so a run stopped at any point (Ctrl-C, kill -9, budget)
 resumes from the store: pending evaluations are re-run, finished LLM proposals count toward
 `iterations`, and seed proposals already stored are not added again.
@@ -47,9 +49,10 @@ class LoopConfig:
     exemplar_strategy: str = "bucket"     # bucket | best | random | diverse
     tau: float = 1.0                      # bucket softmax temperature (on log2-speedup scores)
     n_buckets: int = 5
-    failures: int = 3                     # recent failures fed back per prompt
-    lookahead: int | None = None          # max proposals generated or generating but not yet judged;
-                                          # None: evaluators + LLM concurrency; 0: strictly one at a time
+    failures: int = 3                     # recent failures fed back per prompt, with their errors
+    verdicts: int = 24                    # judged candidates listed per prompt (speedup or error), one line each
+    lookahead: int | None = None          # a prompt is built only while at most this many proposals are
+                                          # unjudged; None: the LLM concurrency; 0: strictly one at a time
     wait_for_seeds: bool = True           # judge the seed proposals before the first LLM call
     target_speedup: float | None = None   # stop once a verified candidate reaches it
     patience: int | None = None           # stop after this many LLM proposals without a new best
@@ -68,6 +71,10 @@ class LoopConfig:
             raise ValueError(f"unknown exemplar strategy {self.exemplar_strategy!r}; one of {', '.join(STRATEGIES)}")
         if self.tau <= 0:
             raise ValueError(f"tau must be > 0, got {self.tau}")
+        if self.lookahead is not None and self.lookahead < 0:
+            raise ValueError(f"lookahead must be >= 0 (0: one proposal at a time), got {self.lookahead}")
+        if self.verdicts < 0:
+            raise ValueError(f"verdicts must be >= 0, got {self.verdicts}")
         resolve(self.proposers)  # unknown names fail here, before any work starts
 
     def to_dict(self) -> dict:
@@ -240,7 +247,7 @@ class Loop:
 
     def _generate(self) -> None:
         cfg = self.config
-        lookahead = cfg.lookahead if cfg.lookahead is not None else len(self.evaluators) + self.llm.config.concurrency
+        lookahead = cfg.lookahead if cfg.lookahead is not None else self.llm.config.concurrency
         self._llm_done = self.store.count_candidates(self.task, LLM_PROPOSER)
         if self._llm_done >= cfg.iterations:
             self._event(f"all {cfg.iterations} LLM iterations are already in the store; raise --iterations to go on")
@@ -248,6 +255,7 @@ class Loop:
         self._best_at_llm = self._llm_done
         while True:
             with self._cond:
+                # Unjudged = generating + queued or being judged; the new call builds its prompt from the store.
                 while not self._stop_now() and (
                         self._gen_in_flight >= self.llm.config.concurrency
                         or self._gen_in_flight + len(self._queued) > lookahead
@@ -315,7 +323,7 @@ class Loop:
             rng = random.Random(self._rng.random())
         prompt = contrastive_prompt(self.store, self.task, rng, k=cfg.exemplars, strategy=cfg.exemplar_strategy,
                                     tau=cfg.tau, max_failures=cfg.failures, config=cfg.prompt,
-                                    n_buckets=cfg.n_buckets)
+                                    n_buckets=cfg.n_buckets, max_verdicts=cfg.verdicts)
         messages = prompt.messages
         done = self.llm.complete(messages)
         parsed = parse_reply(done.text)

@@ -1,7 +1,8 @@
-"""The contrastive prompt: reference, earlier variants with measured speedups, recent failures, rules.
+"""The contrastive prompt: reference, the verdicts so far, earlier variants with measured speedups, recent
+failures, rules.
 
-`build_messages(task, exemplars, failures, config)` is a pure function returning chat messages, shared by the
-inference-time loop and by training (which builds the same prompt for its rollouts).
+`build_messages(task, exemplars, failures, config, outcomes)` is a pure function returning chat messages, shared
+by the inference-time loop and by training (which builds the same prompt for its rollouts).
 """
 from __future__ import annotations
 
@@ -46,12 +47,14 @@ class Failure:
     hacks: tuple[str, ...] = ()
     flag_messages: tuple[str, ...] = ()
     proposer: str = ""
+    candidate_id: int | None = None
 
     @classmethod
-    def from_verdict(cls, verdict: Verdict, proposer: str = "") -> "Failure":
+    def from_verdict(cls, verdict: Verdict, proposer: str = "", candidate_id: int | None = None) -> "Failure":
         rejecting = [f for f in verdict.flags if f.severity == "reject"]
         return cls(status=verdict.status, message=verdict.message, hacks=verdict.hacks,
-                   flag_messages=tuple(f"{f.check}: {f.message}" for f in rejecting), proposer=proposer)
+                   flag_messages=tuple(f"{f.check}: {f.message}" for f in rejecting), proposer=proposer,
+                   candidate_id=candidate_id)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -65,6 +68,24 @@ class Failure:
 
 
 @dataclass(frozen=True)
+class Outcome:
+    """One judged candidate as the prompt lists it: its verdict's status and speedup (×), or why it failed."""
+
+    candidate_id: int
+    proposer: str
+    status: str
+    speedup: float | None = None
+    message: str = ""
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Outcome":
+        return cls(**d)
+
+
+@dataclass(frozen=True)
 class PromptConfig:
     """How a prompt is put together; lengths are in characters."""
 
@@ -72,6 +93,7 @@ class PromptConfig:
     max_failures: int = 3
     max_failure_chars: int = 600    # per failure message; tracebacks keep their last lines
     max_exemplar_chars: int = 12000  # per exemplar source; longer ones are cut in the middle
+    max_outcome_chars: int = 160    # per failed candidate in the list of verdicts
     extra_instructions: str = ""
 
     def __post_init__(self):
@@ -91,7 +113,8 @@ SYSTEM = ("You are an expert in GPU performance engineering (CUDA, Triton, PyTor
 
 
 def build_messages(task: Task, exemplars: list[Exemplar], failures: list[Failure],
-                   config: PromptConfig = PromptConfig()) -> list[dict]:
+                   config: PromptConfig = PromptConfig(), outcomes: list[Outcome] = (),
+                   outcomes_left_out: int = 0) -> list[dict]:
     """Chat messages (system + user) asking for a faster ModelNew for the task."""
     parts = [
         "Make this PyTorch program faster. The reference defines `Model`, `get_inputs()` and "
@@ -100,6 +123,8 @@ def build_messages(task: Task, exemplars: list[Exemplar], failures: list[Failure
     ]
     if task.meta.description:
         parts.insert(0, f"Task `{task.name}`: {task.meta.description}")
+    if outcomes:
+        parts.append(_outcome_section(outcomes, outcomes_left_out, config))
     if exemplars:
         parts.append(_exemplar_section(exemplars, config))
     if failures:
@@ -122,7 +147,8 @@ def _exemplar_section(exemplars: list[Exemplar], config: PromptConfig) -> str:
     lines = ["Earlier variants of this program, measured on the target device (speedup = reference time / "
              "variant time; higher is better), from slowest to fastest:"]
     for i, e in enumerate(sorted(exemplars, key=lambda e: e.speedup), 1):
-        lines.append(f"### Variant {i}: speedup {e.speedup:.3f}x")
+        which = f" (candidate {e.candidate_id})" if e.candidate_id is not None else ""
+        lines.append(f"### Variant {i}{which}: speedup {e.speedup:.3f}x")
         lines.append(_fenced(_cut_middle(e.source, config.max_exemplar_chars)))
     best = max(e.speedup for e in exemplars)
     lines.append(f"Compare the variants: find what makes the faster ones faster, then write a program "
@@ -130,10 +156,37 @@ def _exemplar_section(exemplars: list[Exemplar], config: PromptConfig) -> str:
     return "\n\n".join(lines)
 
 
+def _outcome_section(outcomes: list[Outcome], left_out: int, config: PromptConfig) -> str:
+    lines = ["Every candidate judged so far, in the order judged (speedup = reference time / candidate time; "
+             "a failed candidate shows why it failed):"]
+    if left_out:
+        lines.append(f"- ({left_out} more, neither among the fastest nor the most recent, not listed)")
+    for o in outcomes:
+        if o.status == "ok" and o.speedup is not None:
+            verdict = f"{o.speedup:.3f}x"
+        else:
+            reason = _cut_tail(_gist(o.status, o.message), config.max_outcome_chars)
+            verdict = o.status + (f": {reason}" if reason else "")
+        lines.append(f"- candidate {o.candidate_id} ({o.proposer}): {verdict}")
+    return "\n".join(lines)
+
+
+def _gist(status: str, message: str) -> str:
+    """The line of an error message that names the cause: a traceback's last line, else the first error line."""
+    lines = [ln.strip() for ln in (message or "").splitlines() if ln.strip()]
+    if not lines:
+        return ""
+    if status == "runtime_error":
+        return lines[-1]
+    return next((ln for ln in lines if "error" in ln.lower()), lines[0])
+
+
 def _failure_section(failures: list[Failure], config: PromptConfig) -> str:
     lines = ["Recent attempts that failed (avoid repeating these mistakes):"]
     for f in failures:
         head = f"- {f.status}"
+        if f.candidate_id is not None:
+            head = f"- candidate {f.candidate_id} ({f.proposer or 'unknown'}): {f.status}"
         if f.hacks:
             head += f" (rejected as {', '.join(f.hacks)})"
         body = _cut_tail(f.message, config.max_failure_chars)

@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from kernelrl.search.exemplars import SCORE_CLIP, Exemplar, normalize_scores
-from kernelrl.search.prompt import Failure
+from kernelrl.search.prompt import Failure, Outcome
 from kernelrl.task import Candidate, Task, detect_language
 from kernelrl.verdict import Verdict
 
@@ -330,12 +330,24 @@ class Store:
         """The last n finished evaluations that did not pass, oldest first."""
         with self._lock:
             rows = self._db.execute(
-                "SELECT e.verdict, (SELECT proposer FROM candidates c WHERE c.task_id=e.task_id AND "
-                "c.digest=e.digest ORDER BY c.id LIMIT 1) AS proposer FROM evaluations e "
+                f"SELECT e.verdict, {_FIRST_PROPOSAL} FROM evaluations e "
                 "WHERE e.task_id=? AND e.status NOT IN ('ok', ?) ORDER BY e.finished_at DESC LIMIT ?",
                 (_tid(task), PENDING, n)).fetchall()
-        return [Failure.from_verdict(Verdict.from_json(r["verdict"]), proposer=r["proposer"] or "")
-                for r in reversed(rows)]
+        return [Failure.from_verdict(Verdict.from_json(r["verdict"]), proposer=r["proposer"] or "",
+                                     candidate_id=r["candidate_id"]) for r in reversed(rows)]
+
+    def outcomes(self, task: Task | str) -> list[Outcome]:
+        """Every finished evaluation of the task, in the order they finished, under the first candidate that
+        proposed its source."""
+        with self._lock:
+            rows = self._db.execute(
+                f"SELECT e.status, e.speedup, e.verdict, {_FIRST_PROPOSAL} FROM evaluations e "
+                "WHERE e.task_id=? AND e.status != ? ORDER BY e.finished_at, e.rowid",
+                (_tid(task), PENDING)).fetchall()
+        return [Outcome(candidate_id=r["candidate_id"], proposer=r["proposer"] or "", status=r["status"],
+                        speedup=r["speedup"],
+                        message="" if r["status"] == "ok" else Verdict.from_json(r["verdict"]).message)
+                for r in rows if r["candidate_id"] is not None]
 
     def lineage(self, candidate_id: int, depth: int = 8) -> list[tuple[int, CandidateRecord]]:
         """The candidate and its ancestors (parents shown in its prompt), depth-first, as (level, record)."""
@@ -423,6 +435,11 @@ class _Transaction:
     def __exit__(self, exc_type, *_):
         self.db.execute("ROLLBACK" if exc_type else "COMMIT")
 
+
+# The first candidate that proposed an evaluation's source: its id and proposer, for rows of `evaluations e`.
+_FIRST_PROPOSAL = ("(SELECT id FROM candidates c WHERE c.task_id=e.task_id AND c.digest=e.digest ORDER BY c.id "
+                   "LIMIT 1) AS candidate_id, (SELECT proposer FROM candidates c WHERE c.task_id=e.task_id AND "
+                   "c.digest=e.digest ORDER BY c.id LIMIT 1) AS proposer")
 
 _SELECT = ("SELECT c.*, e.status AS status, e.speedup AS speedup, e.verdict AS verdict, e.finished_at AS finished_at "
            "FROM candidates c JOIN evaluations e ON e.task_id = c.task_id AND e.digest = c.digest")
