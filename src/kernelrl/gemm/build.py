@@ -1,6 +1,6 @@
 """Build the native kernel libraries with nvcc: the CUTLASS SM90 configurations, the cluster split-K
-configurations and the cuBLASLt binding (run as a module it also builds the dispatch's C++ hot path,
-`fastpath`)."""
+configurations and the cuBLASLt binding; `build_all` (and running this module) also builds the dispatch's C++ hot
+path (`fastpath`)."""
 from __future__ import annotations
 
 import hashlib
@@ -14,15 +14,14 @@ from functools import partial
 from pathlib import Path
 from typing import Callable
 
+from kernelrl.gemm import fastpath
+from kernelrl.gemm.native import CK_LIB_NAME, LIB_NAME, LT_LIB_NAME
 from kernelrl.gemm.space import CLUSTERK_TILES, CUTLASS_CONFIGS, ClusterKConfig, CutlassConfig
 
 SOURCE = Path(__file__).parent / "kernels" / "cutlass_sm90.cu"
 DEFAULT_BUILD_DIR = Path(os.environ.get("KERNELRL_GEMM_BUILD", ".kernelrl-cache/gemm"))
-LIB_NAME = "libkernelrl_cutlass_sm90.so"
 LT_SOURCE = Path(__file__).parent / "kernels" / "cublaslt_binding.cu"
-LT_LIB_NAME = "libkernelrl_cublaslt.so"
 CK_SOURCE = Path(__file__).parent / "kernels" / "cluster_splitk.cu"
-CK_LIB_NAME = "libkernelrl_clusterk.so"
 SM90_FLAGS = ["-std=c++17", "-O3", "-DNDEBUG", "-gencode=arch=compute_90a,code=sm_90a", "-Xcompiler=-fPIC"]
 
 
@@ -187,11 +186,13 @@ def build_cublaslt(build_dir: Path = DEFAULT_BUILD_DIR, log=print) -> Path:
     return lib
 
 
-if __name__ == "__main__":
-    from kernelrl.gemm import fastpath
+def build_all(build_dir: Path = DEFAULT_BUILD_DIR, jobs: int | None = None, bf16: bool = False, log=print) -> None:
+    """Build everything the dispatch loads: the C++ hot path, the cuBLASLt binding, cluster split-K and CUTLASS."""
+    fastpath.build(build_dir, log=log)
+    build_cublaslt(build_dir, log=log)
+    build_clusterk(build_dir, jobs=jobs, log=log)
+    build(build_dir, jobs=jobs, bf16=bf16, log=log)
 
-    out = Path(sys.argv[1]) if len(sys.argv) > 1 else DEFAULT_BUILD_DIR
-    fastpath.build(out)
-    build_cublaslt(out)
-    build_clusterk(out)
-    build(out)
+
+if __name__ == "__main__":
+    build_all(Path(sys.argv[1]) if len(sys.argv) > 1 else DEFAULT_BUILD_DIR)

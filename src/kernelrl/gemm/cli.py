@@ -189,13 +189,8 @@ def build(
     """Compile the dispatch's C++ hot path, then the CUTLASS and cluster split-K configurations and the cuBLASLt
     binding with nvcc."""
     from kernelrl.gemm import build as b
-    from kernelrl.gemm import fastpath
 
-    d = build_dir or b.DEFAULT_BUILD_DIR
     try:
-        fastpath.build(d, log=out.print)
-        b.build_cublaslt(d, log=out.print)
-        b.build_clusterk(d, jobs=jobs or None, log=out.print)
-        b.build(d, jobs=jobs or None, bf16=bf16, log=out.print)
+        b.build_all(build_dir or b.DEFAULT_BUILD_DIR, jobs=jobs or None, bf16=bf16, log=out.print)
     except (FileNotFoundError, RuntimeError) as e:
         fail(str(e))

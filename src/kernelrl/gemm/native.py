@@ -1,4 +1,5 @@
-"""Find and load the native kernel libraries (built by `kernelrl.gemm.build`) through ctypes."""
+"""Find and load the native kernel libraries (compiled by `kernelrl.gemm.build`) through ctypes: their file names,
+the folders searched for them, and the loaded libraries."""
 from __future__ import annotations
 
 import ctypes
@@ -6,7 +7,9 @@ import functools
 import os
 from pathlib import Path
 
-from kernelrl.gemm.build import CK_LIB_NAME, LIB_NAME, LT_LIB_NAME
+LIB_NAME = "libkernelrl_cutlass_sm90.so"
+LT_LIB_NAME = "libkernelrl_cublaslt.so"
+CK_LIB_NAME = "libkernelrl_clusterk.so"
 
 
 def search_dirs() -> list[Path]:
