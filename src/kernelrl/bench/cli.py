@@ -100,8 +100,9 @@ def bench_command(
                          compiled_references=compiled_references, use_cache=not fresh)
     cache = BaselineCache(eval_cfg.cache_path / "bench" / "baselines.sqlite")
     with Progress(TextColumn("[bold]bench[/]"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  TextColumn("{task.description}"), console=err, transient=False) as progress:
-        bar = progress.add_task("", total=len(todo))
+                  TextColumn("{task.fields[load]}"), TextColumn("{task.description}"), console=err,
+                  transient=False) as progress:
+        bar = progress.add_task("", total=len(todo), load="")
 
         def advance(r: TaskResult):
             if log is not None:
@@ -111,7 +112,8 @@ def bench_command(
         deadline = time.monotonic() + time_limit if time_limit is not None else None
         try:
             fresh_results = run_suite(replace(suite, tasks=tuple(todo)), config, cache, on_result=advance,
-                                      deadline=deadline)
+                                      deadline=deadline,
+                                      on_stats=lambda s: progress.update(bar, load=scheduler_line(s)))
         except EvaluationError as e:
             _fail(str(e))
     if len(fresh_results) < len(todo):
@@ -145,6 +147,12 @@ def print_summary(summary: dict, console: Console) -> None:
                   end_section=i == len(rows) - 2)
     console.print(t)
     console.print("status: " + ", ".join(f"{k} {v}" for k, v in summary["counts"].items()), highlight=False)
+
+
+def scheduler_line(s) -> str:
+    """'queued 12 · 9.8/min · busy cuda:0 86%': a scheduler's progress (SchedulerStats) on one line."""
+    busy = " ".join(f"{d} {100 * b:.0f}%" for d, b in s.device_busy.items())
+    return f"queued {s.queued} · {s.verdicts_per_minute:.1f}/min · busy {busy}"
 
 
 def _devices(values: list[str]) -> tuple[str, ...]:

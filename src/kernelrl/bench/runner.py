@@ -1,7 +1,6 @@
-"""Running a suite: one Evaluator per device, one thread per Evaluator, tasks handed out from one queue."""
+"""Running a suite on a LocalScheduler: tasks submitted ahead, each device's GPU stage fed by the CPU stage."""
 from __future__ import annotations
 
-import queue
 import threading
 import time
 from dataclasses import dataclass, field, replace
@@ -10,9 +9,10 @@ from typing import Callable
 from kernelrl.bench.baselines import BaselineCache, environment_key
 from kernelrl.bench.result import BASELINES, TaskResult, from_verdict
 from kernelrl.bench.suite import Suite, SuiteTask
-from kernelrl.evaluate import EvalConfig, EvaluationError, Evaluator
-from kernelrl.task import Candidate, TaskError
-from kernelrl.verdict import Timing
+from kernelrl.evaluate import EvalConfig, EvaluationError, Evaluator, check_device
+from kernelrl.scale import SchedulerStats
+from kernelrl.task import Candidate, Task, TaskError
+from kernelrl.verdict import Timing, Verdict
 
 
 @dataclass(frozen=True)
@@ -25,6 +25,7 @@ class BenchConfig:
     time_references: bool = True         # time references that have no candidate too (for the report)
     compiled_references: bool = False    # time torch.compile'd references (always when baseline is compile)
     use_cache: bool = True               # reuse cached reference timings
+    lookahead: int = 3                   # jobs prepared (workers started, builds done) ahead of each device
 
     def __post_init__(self):
         if self.baseline not in BASELINES:
@@ -35,43 +36,62 @@ class BenchConfig:
 
 def run_suite(suite: Suite, config: BenchConfig, cache: BaselineCache | None = None,
               on_result: Callable[[TaskResult], None] | None = None,
-              deadline: float | None = None) -> list[TaskResult]:
-    """Evaluate every task's candidate (in parallel across devices); results in suite order.
+              deadline: float | None = None,
+              on_stats: Callable[[SchedulerStats], None] | None = None) -> list[TaskResult]:
+    """Evaluate every task's candidate on a LocalScheduler over `config.devices`; results in suite order.
 
-    With a `deadline` (a time.monotonic() value), tasks not started by then are left out of the results.
-    Raises EvaluationError before any work starts when a device is unavailable.
+    Tasks are handed out in suite order to more threads than devices, so the next jobs' workers and builds are
+    ready before a device is free; `on_result` (then `on_stats`) is called as each result comes. With a
+    `deadline` (a time.monotonic() value), tasks not started by then are left out of the results. Raises
+    EvaluationError before any work starts when a device is unavailable.
     """
-    evaluators = [Evaluator(config.eval.with_(device=d)) for d in config.devices]
-    jobs: queue.Queue[tuple[int, SuiteTask]] = queue.Queue()
-    for i, st in enumerate(suite.tasks):
-        jobs.put((i, st))
+    from kernelrl.scale.local import LocalScheduler
+
+    for d in config.devices:
+        check_device(d)
     results: dict[int, TaskResult] = {}
     lock = threading.Lock()
+    todo = iter(enumerate(suite.tasks))
+    with LocalScheduler(config.eval, config.devices, lookahead=config.lookahead) as scheduler:
+        ev = _Scheduled(scheduler, config)
+        env = environment_key(config.devices[0], config.eval)
 
-    def work(ev: Evaluator, device: str):
-        env = environment_key(device, ev.config)
-        while deadline is None or time.monotonic() < deadline:
-            try:
-                i, st = jobs.get_nowait()
-            except queue.Empty:
-                return
-            r = run_task(ev, st, config, cache, env)
-            with lock:
-                results[i] = r
-                if on_result is not None:
-                    on_result(r)
+        def work():
+            while deadline is None or time.monotonic() < deadline:
+                with lock:
+                    i, st = next(todo, (None, None))
+                if st is None:
+                    return
+                r = run_task(ev, st, config, cache, env)
+                with lock:
+                    results[i] = r
+                    if on_result is not None:
+                        on_result(r)
+                    if on_stats is not None:
+                        on_stats(scheduler.stats())
 
-    threads = [threading.Thread(target=work, args=(ev, d), name=f"bench-{d}", daemon=True)
-               for ev, d in zip(evaluators, config.devices)]
-    try:
+        threads = [threading.Thread(target=work, name=f"bench-{i}", daemon=True)
+                   for i in range((config.lookahead + 1) * len(config.devices))]
         for t in threads:
             t.start()
         for t in threads:
             t.join()
-    finally:
-        for ev in evaluators:
-            ev.close()
     return [results[i] for i in sorted(results)]
+
+
+class _Scheduled:
+    """What `run_task` asks of an Evaluator, answered by a scheduler's devices (each call waits for its job)."""
+
+    def __init__(self, scheduler, config: BenchConfig):
+        self.scheduler, self.config = scheduler, config.eval
+        # Reference timings are cached under the first device's hardware: a run's devices are of one kind.
+        self.device = ",".join(dict.fromkeys(config.devices))
+
+    def evaluate(self, task: Task, candidate: Candidate) -> Verdict:
+        return self.scheduler.submit(task, candidate).result()
+
+    def time_reference(self, task: Task, compiled: bool = False) -> Timing:
+        return self.scheduler.time_reference(task, compiled).result()
 
 
 def run_task(ev: Evaluator, st: SuiteTask, config: BenchConfig, cache: BaselineCache | None,

@@ -230,8 +230,7 @@ class Evaluator:
             prepared.released = True
             self._live.discard(prepared)
             if prepared.state:
-                prepared.state["users"] -= 1
-            self._evict()
+                self.let_go(prepared.state)
 
     def _judge(self, p: Prepared) -> Verdict:
         task, candidate = p.task, p.candidate
@@ -287,9 +286,17 @@ class Evaluator:
         try:
             return self._time_reference(task, ref, compiled)
         finally:
-            with self._refs_lock:
-                state["users"] -= 1
-                self._evict()
+            self.let_go(state)
+
+    def hold_reference(self, task: Task) -> dict:
+        """Start (or keep) the task's reference worker ahead of its `time_reference`; pass the result to `let_go`."""
+        return self._reference(task)[1]
+
+    def let_go(self, reference_state: dict) -> None:
+        """Stop holding a reference worker (from `hold_reference`): it may be evicted again."""
+        with self._refs_lock:
+            reference_state["users"] -= 1
+            self._evict()
 
     def _time_reference(self, task: Task, ref: Worker, compiled: bool) -> Timing:
         with self._lock:

@@ -16,7 +16,7 @@ from kernelrl.evaluate import EvalConfig, Evaluator
 from kernelrl.evaluate.evaluator import Prepared
 from kernelrl.scale import SchedulerStats
 from kernelrl.task import Candidate, Task
-from kernelrl.verdict import Verdict
+from kernelrl.verdict import Timing, Verdict
 
 RATE_WINDOW_S = 300.0  # verdicts per minute are counted over this many recent seconds
 
@@ -27,8 +27,9 @@ class _Job:
     candidate: Candidate
     policy: str | None
     future: Future
-    prepared: Prepared | None = None
+    prepared: Prepared | None = None      # after the CPU stage (an evaluation)
     prepared_by: Evaluator | None = None
+    compiled: bool | None = None          # set for a reference timing job: time_reference(task, compiled)
 
 
 class _Device:
@@ -98,6 +99,16 @@ class LocalScheduler:
             self._cond.notify_all()
         return job.future
 
+    def time_reference(self, task: Task, compiled: bool = False) -> "Future[Timing]":
+        """Queue a timing of the task's reference alone (`Evaluator.time_reference`) on one of the devices."""
+        job = _Job(task, None, None, Future(), compiled=compiled)
+        with self._cond:
+            if self._closed:
+                raise RuntimeError("the scheduler is closed")
+            self._pending.append(job)
+            self._cond.notify_all()
+        return job.future
+
     def stats(self) -> SchedulerStats:
         now = time.monotonic()
         with self._cond:
@@ -126,7 +137,7 @@ class LocalScheduler:
         for job in dropped:
             job.future.cancel()
             if job.prepared is not None and job not in self._in_prep:
-                job.prepared_by.release(job.prepared)
+                self._release(job)
         for t in self._threads:
             if t.name.startswith("judge-") and t is not threading.current_thread():
                 t.join()
@@ -155,10 +166,12 @@ class LocalScheduler:
             if job.future.cancelled():
                 self._drop(dev, job)
                 continue
-            ev = dev.evaluator(job.policy)
             try:
-                job.prepared = ev.prepare(job.task, job.candidate)
-                job.prepared_by = ev
+                ev = job.prepared_by = dev.evaluator(job.policy)
+                if job.compiled is None:
+                    job.prepared = ev.prepare(job.task, job.candidate)
+                else:  # a reference timing: its worker starts here, the timing waits for the device
+                    job.prepared = ev.hold_reference(job.task)
             except BaseException as e:  # the reference does not run (EvaluationError), the evaluator closed ...
                 self._drop(dev, job)
                 self._resolve(job, error=e)
@@ -174,7 +187,7 @@ class LocalScheduler:
                     self._cond.notify_all()
                     cancelled = False
             if cancelled:
-                ev.release(job.prepared)
+                self._release(job)
                 job.future.cancel()
 
     def _gpu_stage(self, dev: _Device) -> None:
@@ -188,10 +201,15 @@ class LocalScheduler:
                 dev.busy_since = time.monotonic()
             verdict = error = None
             try:
-                if job.future.set_running_or_notify_cancel():
+                if not job.future.set_running_or_notify_cancel():
+                    self._release(job)
+                elif job.compiled is None:
                     verdict = job.prepared_by.judge(job.prepared)
                 else:
-                    job.prepared_by.release(job.prepared)
+                    try:
+                        verdict = job.prepared_by.time_reference(job.task, job.compiled)
+                    finally:
+                        self._release(job)
             except BaseException as e:  # the evaluation could not run (a reference that fails while timed ...)
                 error = e
             with self._cond:
@@ -201,6 +219,13 @@ class LocalScheduler:
                 self._cond.notify_all()
             if verdict is not None or error is not None:
                 self._resolve(job, verdict, error, running=True)
+
+    @staticmethod
+    def _release(job: _Job) -> None:
+        if job.compiled is None:
+            job.prepared_by.release(job.prepared)
+        else:
+            job.prepared_by.let_go(job.prepared)
 
     def _free_device(self) -> _Device | None:
         """The device with room ahead of it and the least work ahead (None when all have `lookahead`)."""
@@ -222,6 +247,7 @@ class LocalScheduler:
             job.future.set_exception(error)
         else:
             job.future.set_result(verdict)
-        with self._cond:
-            self._done += 1
-            self._finished_at.append(time.monotonic())
+        if job.compiled is None:
+            with self._cond:
+                self._done += 1
+                self._finished_at.append(time.monotonic())
