@@ -65,3 +65,21 @@ def test_an_unknown_proposer_lists_the_known_ones(tmp_path):
     task.write_text(REFERENCE)
     r = CliRunner().invoke(app(), ["optimize", str(task), "--proposers", "magic", "--out", str(tmp_path / "run")])
     assert r.exit_code == 1 and "unknown proposer(s) magic" in r.output and "cuda-graph" in r.output
+
+
+def test_the_policy_flag_judges_the_run_and_the_report_says_which(tmp_path):
+    task = tmp_path / "scale_shift.py"
+    task.write_text(REFERENCE)
+    out = tmp_path / "run"
+    r = CliRunner().invoke(app(), ["optimize", str(task), "--proposers", "reference", "--out", str(out),
+                                   "--config", str(fast_config(tmp_path)), "--quiet", "--policy", "kernelbench"])
+    assert r.exit_code == 0, r.output
+    assert "| precision policy | kernelbench |" in (out / "report.md").read_text()
+    assert json.loads((out / "summary.json").read_text())["run"]["policy"] == "kernelbench"
+
+
+def test_an_unknown_policy_names_the_choices(tmp_path):
+    task = tmp_path / "t.py"
+    task.write_text(REFERENCE)
+    r = CliRunner().invoke(app(), ["optimize", str(task), "--policy", "loose", "--out", str(tmp_path / "run")])
+    assert r.exit_code == 1 and "policy must be one of strict, kernelbench, not 'loose'" in r.output

@@ -81,6 +81,7 @@ def _markdown(store: Store, task: Task, best: CandidateRecord | None, stats: dic
     lines += ["| | |", "|---|---|",
               f"| best speedup | {_x(stats['best_speedup'])} |",
               f"| device | {device or '—'} |",
+              f"| precision policy | {run.get('policy') or (best.verdict.policy if best and best.verdict else '—')} |",
               f"| candidates | {stats['candidates']} ({stats['llm_candidates']} from the LLM) |",
               f"| verdicts | {_statuses(stats['by_status'])} |",
               f"| tokens in / out | {stats['tokens_in']:,} / {stats['tokens_out']:,} |",
