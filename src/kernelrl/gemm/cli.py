@@ -1,4 +1,4 @@
-"""`kernelrl gemm tune|bench|show|report|build`: the HGEMM search and its benchmark from the command line."""
+"""`kernelrl gemm tune|bench|show|report|build|sass`: the HGEMM search and its benchmark from the command line."""
 from __future__ import annotations
 
 import json
@@ -193,4 +193,38 @@ def build(
     try:
         b.build_all(build_dir or b.DEFAULT_BUILD_DIR, jobs=jobs or None, bf16=bf16, log=out.print)
     except (FileNotFoundError, RuntimeError) as e:
+        fail(str(e))
+
+
+@app.command()
+def sass(
+    only: str = typer.Option("", help="only kernels whose label contains this"),
+    clusterk: Path = typer.Option(None, metavar="SOURCE", help="list the cluster split-K family compiled from "
+                                                                "SOURCE (a cluster_splitk.cu of any revision)"),
+    build_dir: Path = typer.Option(None, help="where --clusterk's objects go (default: the build's own)"),
+    cuobjdump: str = typer.Option("", help="cuobjdump to use (default: the one Triton bundles)"),
+):
+    """One line per kernel with a hash of its SASS, compiled for sm_90a without a GPU: diff two revisions' lines
+    to show that a source change leaves the machine code as it was."""
+    import importlib.util
+    import subprocess
+
+    from kernelrl.gemm import sass as sa
+
+    if importlib.util.find_spec("triton") is None and (clusterk is None or not cuobjdump):
+        fail("Triton is not installed: `kernelrl gemm sass` compiles the Triton kernels with it and lists SASS with "
+             "its bundled cuobjdump (`pip install triton`; with --clusterk, --cuobjdump PATH will do)")
+    if clusterk is not None and not clusterk.is_file():
+        fail(f"no cluster split-K source at {clusterk}")
+    try:
+        if clusterk is not None:
+            from kernelrl.gemm import build as b
+
+            lines = sa.clusterk_lines(clusterk, build_dir or b.DEFAULT_BUILD_DIR, cuobjdump or sa.bundled_cuobjdump(),
+                                      only, log=err.print)
+        else:
+            lines = sa.triton_lines(only, cuobjdump)
+        for label, digest, n in lines:
+            typer.echo(f"{label} {digest} {n}")
+    except (FileNotFoundError, RuntimeError, subprocess.CalledProcessError) as e:
         fail(str(e))
