@@ -14,7 +14,7 @@ SIZE_CLASSES = ((0, 5), (5, 10), (10, 30), (30, 100), (100, 1000), (1000, math.i
 
 
 def read_rows(path: Path) -> list[dict]:
-    """The rows of a benchmark CSV, plain or gzipped (`.csv.gz`, as the kept runs under gemm_runs/ are)."""
+    """The rows of a benchmark CSV, plain or gzipped (`.csv.gz`)."""
     path = Path(path)
     with (gzip.open(path, "rt", newline="") if path.suffix == ".gz" else path.open(newline="")) as f:
         rows = list(csv.DictReader(f))

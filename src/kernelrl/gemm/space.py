@@ -328,7 +328,7 @@ TRITON_CONFIGS: tuple[TritonConfig, ...] = tuple(
 
 # 128x64x64 with 4 warps is left out: with K splits it failed the correctness gate on 19 of 150 H200 shapes
 # (relative error 5e-3 to 6e-2), while every other tile passed on every shape (benchmarks/results/
-# gemm_h200_findings.md).
+# gemm_h200_findings.md, "Tried and not adopted").
 SPLITK_TILES: tuple[SplitKConfig, ...] = (
     SplitKConfig(64, 64, 64, 4, 4), SplitKConfig(64, 64, 128, 3, 4), SplitKConfig(64, 128, 64, 4, 4),
     SplitKConfig(128, 128, 64, 4, 8), SplitKConfig(128, 256, 64, 3, 8),
@@ -354,14 +354,14 @@ TILED_CONFIGS: tuple[TiledConfig, ...] = tuple(
 # Where the search proposes the tiled family: on the H200 it beat torch.matmul by more than 1% on 97 of 277
 # shapes that torch runs in under 6 us, all of them with a roofline estimate under 3.5 us (launch-bound
 # shapes), and lost on the larger ones; searched again up to 6 us once its edge handling went and its fixed
-# form came (benchmarks/results/gemm_h200_findings.md, "The tiled kernel on larger shapes").
+# form came (benchmarks/results/gemm_h200_findings.md, "The tiled kernel").
 TILED_SEARCH_MAX_EST_US = 6.0
 
 # Tiles smaller than 64x64 (the mma.sync loop, four warps of 16x16 or 16x32) for the smallest outputs with a deep K:
 # there a cluster's exchange moves most of each block's partial tile, and a 32x32 tile's is a quarter of a 64x64
 # one's, while the output makes four times the tiles for the same cluster size. On the H200 they took 64x64x1024
 # from 3.45 to 2.97 us and 64x64x4096 from 4.54 to 4.08 (torch.matmul 3.56 and 7.12), and lost from 256x256 up
-# (benchmarks/results/gemm_runs/probe_small_tiles.*). The search proposes them on outputs of at most
+# (benchmarks/results/gemm_runs/probe_small_tiles.log). The search proposes them on outputs of at most
 # CLUSTERK_SMALL_MAX_OUTPUT elements (`clusterk_small_candidates`), not among the other tiles; they are
 # compiled with them (CLUSTERK_TILES).
 CLUSTERK_SMALL_TILES: tuple[ClusterKConfig, ...] = (
@@ -387,9 +387,9 @@ CLUSTERK_TILES: tuple[ClusterKConfig, ...] = (
     *CLUSTERK_SMALL_TILES,
 )
 # Cost-model factor of each main loop's time per K step (ranking only), from one block's time on
-# 64x64x16384 on the H200 (benchmarks/results/gemm_runs/probe_clusterk_tma*): mma.sync 435 ns per 64x64x64
-# step, wgmma fed by cp.async 245, fed by the copy engine 160 with K steps deeper than 64 (with 64-deep steps,
-# 250: what cp.async costs).
+# 64x64x16384 on the H200 (benchmarks/results/gemm_runs/probe_clusterk_tma_summary.txt): mma.sync 435 ns per
+# 64x64x64 step, wgmma fed by cp.async 245, fed by the copy engine 160 with K steps deeper than 64 (with
+# 64-deep steps, 250: what cp.async costs).
 CLUSTERK_LOOP_COST = {"mma": 1.0, "wg": 0.56, "tma": 0.37}
 CLUSTERK_MAX_SPLITS = 16  # the largest (non-portable) cluster Hopper places
 # Cluster sizes besides the powers of two (one cluster per tile): a block owns ceil(BM / splits) rows, and its
@@ -398,7 +398,8 @@ CLUSTERK_MAX_SPLITS = 16  # the largest (non-portable) cluster Hopper places
 # output tiles in clusters of 8, or 32 in clusters of 4, ran a second wave.
 CLUSTERK_ODD_SPLITS = (3, 5, 6, 7, 9, 10, 11, 12, 13)  # every size the kernel takes besides the powers of two
 # The sizes the search proposes. Above 8 the GPU places about one cluster per GPC (9 of 9, 7 of 10 to 13), and a
-# search of 9 to 13 on the 76 fp16 shapes they had candidates for chose none of them (session 16).
+# search of 9 to 13 on the 76 fp16 shapes they had candidates for chose none of them (gemm_h200_findings.md,
+# "Tried and not adopted").
 CLUSTERK_FILL_SPLITS = (3, 5, 6, 7)
 CLUSTERK_SPARE_ROWS = 8
 CLUSTERK_MAX_GROUPS = 1024  # clusters sharing one output tile's K (the kernel's own limit)
@@ -417,7 +418,7 @@ CLUSTER_WAVE_BLOCKS = {(2, 1): 132, (4, 1): 120, (8, 1): 120, (16, 1): 112,
                        (9, 1): 81, (10, 1): 70, (11, 1): 77, (12, 1): 84, (13, 1): 91,
                        (3, 2): 237, (5, 2): 235, (6, 2): 234, (7, 2): 224,
                        (9, 2): 207, (10, 2): 210, (11, 2): 176, (12, 2): 192, (13, 2): 182,
-                       # the tiles smaller than 64x64 (session 20, gemm_runs/cluster_capacity_small.txt): three
+                       # the tiles smaller than 64x64 (gemm_runs/cluster_capacity_small.txt): three
                        # blocks per SM (32x32x128_s3, 32x64x64_s4) and five (32x32x64_s4)
                        **{(s, 3): s * n for s, n in ((2, 198), (3, 124), (4, 92), (5, 69), (6, 62), (7, 47),
                                                      (8, 45), (9, 37), (10, 30), (11, 28), (12, 28), (13, 23),
@@ -443,7 +444,7 @@ CLUSTERK_SHARED_SM_COST = 0.7
 # The ping-pong configurations again with an epilogue subtile of 64 x 128 (64 x 64 for the 64-column tile) instead
 # of CUTLASS's 64 x 32: a consumer writes its tile in one or two steps instead of four to eight, and waits less
 # often on the copy engine's stores. On the write-bound shapes (K <= 256) 64 x 128 ran 4.9% faster than 64 x 32,
-# geomean, in the 128x128 tile (gemm_h200_findings.md, session 21). Searched as a family of their own
+# geomean, in the 128x128 tile (gemm_h200_findings.md, "CUTLASS"). Searched as a family of their own
 # (`cutlass-epi`).
 CUTLASS_EPI_CONFIGS: tuple[CutlassConfig, ...] = (
     CutlassConfig(128, 128, 64, pingpong=True, epi_n=128),
@@ -708,7 +709,7 @@ def clusterk_small_candidates(shape: Shape, top: int = 16) -> list[ClusterKConfi
     one SM holds) and whose slices of K are at least one K step: the two largest powers of two, largest first,
     then the largest size of CLUSTERK_FILL_SPLITS above them; every tile's first, then every tile's second, and
     so on. Then, where K is deep enough, clusters of 16 and of 8 with several per tile: the count that fills the
-    wave, then 2. The probe's winners split K as many ways as one wave allows, so the cost model does not rank
+    wave, then 2. The fastest measured on these tiles split K as many ways as one wave allows, so the cost model does not rank
     them."""
     if top <= 0 or not _clusterk_searched(shape) or shape.m * shape.n > CLUSTERK_SMALL_MAX_OUTPUT:
         return []
@@ -773,6 +774,5 @@ def tiled_fixed_variant(cfg: TiledConfig, shape: Shape) -> TiledConfig | None:
     """`cfg` with the shape's sizes compiled in, where its tiles cover the shape exactly (None elsewhere). On the
     H200 that took 3-10% off the tiled kernel on most launch-bound shapes (the wgmma tiles, and single K steps) and
     added up to 20% on others (the 2-warp 32x32x128 tile over several K steps), so the search decides per shape
-    (benchmarks/results/gemm_h200_findings.md, "The tiled kernel without edge handling, and compiled for its
-    shape")."""
+    (benchmarks/results/gemm_h200_findings.md, "The tiled kernel")."""
     return replace(cfg, fixed=True) if cfg.covers(shape) else None

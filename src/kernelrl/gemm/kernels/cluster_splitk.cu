@@ -23,7 +23,7 @@
 // Built once per configuration (-D KR_NAME, KR_BM, KR_BN, KR_BK, KR_STAGES, KR_WM, KR_WN, KR_WGMMA), both input
 // types in one object; a C ABI so Python calls it through ctypes. Needs K and N to be multiples of 8 (16-byte
 // rows).
-// Two variants the probe compares (benchmarks/gemm_probe.py, part clusterk): KR_PUSH=1 (default) has every
+// Variants kept for measurement (the defaults are what the search runs): KR_PUSH=1 (default) has every
 // block store its partial rows straight into the shared memory of the block that owns them (one barrier,
 // remote stores only); KR_PUSH=0 has each owner load its rows from every block after a barrier (remote
 // loads, a second barrier). KR_L2_HINT=1 (default) asks L2 to fetch 128-byte lines for the 16-byte copies.
@@ -102,7 +102,7 @@ constexpr int kSpareRows = 8;
 // memory), counted on the owner's receive mbarrier; a relaxed cluster barrier at the end keeps every block until
 // the copies out of it have been read. On the H200 it took 1-8% off in clusters of 8 and 16, was mixed in
 // clusters of 7 (-4% to +2%) and up to 18% slower in smaller ones, the most with one block
-// (benchmarks/results/gemm_h200_findings.md, session 17).
+// (benchmarks/results/gemm_h200_findings.md, "Cluster split-K").
 #ifndef KR_BULK_MIN_SPLITS
 #define KR_BULK_MIN_SPLITS 8
 #endif
@@ -219,11 +219,12 @@ __device__ __forceinline__ Share block_share(const cg::cluster_group& cluster, i
 }
 
 // KR_END_STORE (one cluster per tile): how an owner writes its rows' sums to C. 0: each thread sums 4 columns
-// and stores them (8 bytes); 1: 8 columns, one 16-byte store; 3 (probe only, wrong results): the sums are
+// and stores them (8 bytes); 1: 8 columns, one 16-byte store; 3 (for timing only, wrong results): the sums are
 // computed and nothing is stored. On the H200 the stores cost 0.2-0.7 us in clusters whichever way they are made:
 // 1 saved up to 0.26 us in clusters of up to 7 blocks and lost up to 0.19 us in clusters of 8 and 16. Tried at
 // commit 1a468ca and no better (2 there: rows staged in shared memory and written by bulk copies, slower
-// everywhere; every sum first and the stores back to back; stores past L1): gemm_h200_findings.md, session 20.
+// everywhere; every sum first and the stores back to back; stores past L1): gemm_h200_findings.md, "Tried and
+// not adopted".
 #ifndef KR_END_STORE
 #define KR_END_STORE 0
 #endif

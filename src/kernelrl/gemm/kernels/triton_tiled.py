@@ -57,7 +57,7 @@ def tiled_store(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_bk, stride_cm,
                 EVEN_K: tl.constexpr, EVEN_MN: tl.constexpr):
     acc, rm, rn, pid_m, pid_n = tiled_product(a_ptr, b_ptr, M, N, K, stride_am, stride_bk, BM, BN, BK, GROUP_M,
                                               EVEN_K, EVEN_MN)
-    # each branch written as the code that was measured (the same machine code: benchmarks/gemm_sass.py)
+    # each branch written as the code that was measured (the same machine code: `kernelrl gemm sass`)
     if EVEN_MN:
         c = acc.to(c_ptr.dtype.element_ty)
         c_ptrs = c_ptr + rm[:, None] * stride_cm + rn[None, :]
