@@ -709,8 +709,8 @@ def clusterk_small_candidates(shape: Shape, top: int = 16) -> list[ClusterKConfi
     one SM holds) and whose slices of K are at least one K step: the two largest powers of two, largest first,
     then the largest size of CLUSTERK_FILL_SPLITS above them; every tile's first, then every tile's second, and
     so on. Then, where K is deep enough, clusters of 16 and of 8 with several per tile: the count that fills the
-    wave, then 2. The fastest measured on these tiles split K as many ways as one wave allows, so the cost model does not rank
-    them."""
+    wave, then 2. The fastest measured on these tiles split K as many ways as one wave allows, so the cost model
+    does not rank them."""
     if top <= 0 or not _clusterk_searched(shape) or shape.m * shape.n > CLUSTERK_SMALL_MAX_OUTPUT:
         return []
     per_tile, grouped = [], []
