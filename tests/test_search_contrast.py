@@ -19,7 +19,7 @@ GOOD = [CORRECT.replace("torch.addcmul(self.b, x, self.w).clamp_min_(0)", e) for
     "(x * self.w + self.b).clamp_min(0)", "torch.nn.functional.relu(x * self.w + self.b)",
     "torch.relu(torch.addcmul(self.b, x, self.w))")]
 BROKEN = (DATA / "syntax_error.py").read_text()
-LOOKAHEAD = 2  # the default: the LLM concurrency
+LOOKAHEAD = 2  # the default on one device: the LLM concurrency
 
 
 def reply(code: str) -> dict:

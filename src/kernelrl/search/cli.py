@@ -50,7 +50,8 @@ def optimize_command(
     concurrency: Optional[int] = typer.Option(None, "--concurrency", help="LLM calls in flight at once (default: 4)."),
     lookahead: Optional[int] = typer.Option(None, "--lookahead", help="Build a prompt only while at most this many "
                                             "proposals are unjudged, so it shows the verdicts of the others "
-                                            "(default: --concurrency; 0: one proposal at a time)."),
+                                            "(default: --concurrency, or the number of devices if larger; 0: one "
+                                            "proposal at a time)."),
     proposers: Optional[str] = typer.Option(None, "--proposers", help="Comma-separated seed proposers "
                                                                       "(default: all that apply); 'none' for none."),
     exemplars: Optional[int] = typer.Option(None, "--exemplars", help="Earlier variants per prompt (default: 2)."),

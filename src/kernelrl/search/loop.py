@@ -52,7 +52,8 @@ class LoopConfig:
     failures: int = 3                     # recent failures fed back per prompt, with their errors
     verdicts: int = 24                    # judged candidates listed per prompt (speedup or error), one line each
     lookahead: int | None = None          # a prompt is built only while at most this many proposals are
-                                          # unjudged; None: the LLM concurrency; 0: strictly one at a time
+                                          # unjudged; None: the LLM concurrency or the number of devices,
+                                          # whichever is larger; 0: strictly one at a time
     wait_for_seeds: bool = True           # judge the seed proposals before the first LLM call
     target_speedup: float | None = None   # stop once a verified candidate reaches it
     patience: int | None = None           # stop after this many LLM proposals without a new best
@@ -247,7 +248,8 @@ class Loop:
 
     def _generate(self) -> None:
         cfg = self.config
-        lookahead = cfg.lookahead if cfg.lookahead is not None else self.llm.config.concurrency
+        lookahead = cfg.lookahead if cfg.lookahead is not None else max(self.llm.config.concurrency,
+                                                                        len(self.evaluators))
         self._llm_done = self.store.count_candidates(self.task, LLM_PROPOSER)
         if self._llm_done >= cfg.iterations:
             self._event(f"all {cfg.iterations} LLM iterations are already in the store; raise --iterations to go on")
