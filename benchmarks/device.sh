@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call: install the carried wheels, then run the named steps; everything lands in $OUT/results.tgz.
 # Usage on the GPU machine:  STEP_S=150 bash benchmarks/device.sh STEP [STEP ...]
-#   steps: sanity confine gputests eval suite optimize train gemm
+#   steps: sanity confine gputests eval suite optimize train serve gemm
 #   SUITE_ONLY=level1/a,level2/b limits the suite step; STEP_S bounds each step (seconds); TESTS names the test
 #   files (or node ids) of the gputests step. On a machine with several GPUs, run copies side by side, one per
 #   GPU: CUDA_VISIBLE_DEVICES=1 LANE=b bash benchmarks/device.sh gputests &  (LANE keeps their logs apart).
@@ -33,6 +33,7 @@ for step in "$@"; do
     optimize) timeout "$STEP_S" python3 benchmarks/optimize_device.py "$RES/optimize" --time-budget-s $((STEP_S - 60)) \
                 2>&1 | tail -20;;
     train) timeout "$STEP_S" python3 benchmarks/train_device.py "$RES/train" 2>&1 | tail -20;;
+    serve) timeout "$STEP_S" python3 benchmarks/serve_spread.py "$RES/serve_spread" --repeats 5 2>&1 | tail -30;;
     gemm) timeout "$STEP_S" python3 benchmarks/gemm_device.py --deadline $((STEP_S - 30)) --skip-smoke 2>&1 | tail -20
           cp "$OUT"/gemm_* "$RES"/ 2>/dev/null;;
     *) echo "unknown step $step";;

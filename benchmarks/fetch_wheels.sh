@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 grep -qx "/.whl/" .git/info/exclude 2>/dev/null || echo "/.whl/" >> .git/info/exclude
 for spec in openai==3.52.0 httpx2 pydantic==2.13.4 pydantic_core==2.46.4 distro jiter==0.19.0 sniffio==1.3.1 \
             annotated-types==0.7.0 typing-inspection==0.4.2 trl==1.16.0 datasets==5.2.0 dill==0.4.1 \
-            multiprocess==0.70.19 nvidia-cutlass==4.2.0.0; do
+            multiprocess==0.70.19 nvidia-cutlass==4.2.0.0 starlette==1.10.0 uvicorn==0.54.0; do
   python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
     --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64 \
     --platform manylinux2014_x86_64 --platform manylinux1_x86_64 -d .whl "$spec"

@@ -214,6 +214,25 @@ def test_a_reward_pool_judges_on_the_service_and_records_in_the_store(client, tm
         assert [r.status for r in store.candidates(task)] == ["ok", "incorrect"]
 
 
+def test_a_job_gets_one_verdict_however_often_it_is_finished(tmp_path):
+    from kernelrl.task import Candidate, Task
+    from kernelrl.verdict import Verdict
+
+    store = JobStore(tmp_path / "jobs.db")
+    task, cand = Task.from_source(REFERENCE), Candidate.from_source(CORRECT)
+    [(job, cached)] = store.add([(task, cand, "strict", "k", True)])
+    assert not cached and store.add([(task, cand, "strict", "k", True)]) == [(job, True)]
+    assert [c[0] for c in store.claim(5)] == [job] and store.claim(5) == []
+    assert store.requeue_running() == 1                     # as a restart does after a kill
+    assert [c[0] for c in store.claim(5)] == [job]
+    assert store.finish(job, Verdict(status="incorrect"))
+    assert not store.finish(job, Verdict(status="ok", speedup=2.0))  # the first run's verdict, arriving late
+    assert not store.fail(job, "too late")
+    assert store.verdict_counts() == {job: 1}
+    got = store.get(job)
+    assert (got.state, got.verdict.status, got.attempts) == ("done", "incorrect", 2)
+
+
 def test_kill_9_and_restart_finishes_every_accepted_job_exactly_once(tmp_path):
     db = tmp_path / "jobs.db"
     first = Server(db, tmp_path / "cache", extra=("--window", "1"))  # one job out at a time: the rest stay queued
@@ -235,7 +254,7 @@ def test_kill_9_and_restart_finishes_every_accepted_job_exactly_once(tmp_path):
     finally:
         second.stop()
     assert [v.status for v in verdicts] == ["ok", "ok", "ok", "incorrect"]
-    assert "unfinished jobs queued again" in second.log.read_text()
+    assert "unfinished job(s) queued again" in second.log.read_text()
     store = JobStore(db)
     assert store.verdict_counts() == {i: 1 for i in ids}  # none lost, none twice, nothing else accepted
     assert max(store.get(i).attempts for i in ids) == 2    # the job cut off by the kill ran again

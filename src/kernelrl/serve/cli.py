@@ -94,7 +94,7 @@ def run(service, host: str, port: int, token: str | None, max_body: int, report_
 
     requeued = service.dispatcher.requeued
     _say(f"kernelrl serve on http://{host}:{port} (devices {', '.join(service.devices)}; jobs in {db}"
-         f"{f'; {requeued} unfinished jobs queued again' if requeued else ''}; "
+         f"{f'; {requeued} unfinished job(s) queued again' if requeued else ''}; "
          f"{'bearer token required' if token else 'no token: loopback only'})")
     threading.Thread(target=report, name="kernelrl-progress", daemon=True).start()
     try:

@@ -128,23 +128,27 @@ class JobStore:
         return hashlib.sha256("|".join(parts).encode()).hexdigest()[:32]
 
     # -- writing ------------------------------------------------------------------------------------------
-    def add(self, task: Task, candidate: Candidate, policy: str, key: str, reuse: bool = True) -> tuple[str, bool]:
-        """Accept a job; returns (id, cached). With `reuse`, a job with the same key that is queued, running
-        or done answers instead (its id, cached True)."""
+    def add(self, jobs: list[tuple[Task, Candidate, str, str, bool]]) -> list[tuple[str, bool]]:
+        """Accept (task, candidate, policy, key, reuse) jobs, all in one transaction; returns (id, cached) for
+        each. With `reuse`, a job with the same key that is queued, running or done answers instead (its id,
+        cached True)."""
+        out = []
         with self._lock, Transaction(self._db):
-            if reuse:
+            for task, candidate, policy, key, reuse in jobs:
                 row = self._db.execute(
                     "SELECT id FROM jobs WHERE key=? AND reusable=1 AND state!='failed' "
-                    "ORDER BY submitted_at LIMIT 1", (key,)).fetchone()
+                    "ORDER BY submitted_at LIMIT 1", (key,)).fetchone() if reuse else None
                 if row is not None:
-                    return row["id"], True
-            job_id = uuid.uuid4().hex
-            self._db.execute(
-                "INSERT INTO jobs (id, key, task, candidate, policy, state, reusable, submitted_at) "
-                "VALUES (?, ?, ?, ?, ?, 'queued', ?, ?)",
-                (job_id, key, json.dumps(task.to_dict()), json.dumps(candidate.to_dict()), policy, int(reuse),
-                 time.time()))
-            return job_id, False
+                    out.append((row["id"], True))
+                    continue
+                job_id = uuid.uuid4().hex
+                self._db.execute(
+                    "INSERT INTO jobs (id, key, task, candidate, policy, state, reusable, submitted_at) "
+                    "VALUES (?, ?, ?, ?, ?, 'queued', ?, ?)",
+                    (job_id, key, json.dumps(task.to_dict()), json.dumps(candidate.to_dict()), policy, int(reuse),
+                     time.time()))
+                out.append((job_id, False))
+        return out
 
     def requeue_running(self) -> int:
         """Queue again every job a previous process left running (it died before the verdict); returns how many."""

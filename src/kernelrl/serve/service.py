@@ -72,10 +72,9 @@ class Service:
                 parsed.append(self.parse(body))
             except RequestError as e:
                 raise RequestError(e.status, f"evaluation {i}: {e}" if len(bodies) > 1 else str(e)) from None
-        out = []
-        for task, cand, policy, reuse in parsed:
-            key = JobStore.key(task, cand, policy, self.context)
-            out.append(Accepted(*self.jobs.add(task, cand, policy, key, reuse=reuse)))
+        out = [Accepted(*added) for added in self.jobs.add(
+            [(task, cand, policy, JobStore.key(task, cand, policy, self.context), reuse)
+             for task, cand, policy, reuse in parsed])]
         with self._lock:
             self.accepted += len(out)
             self.cache_hits += sum(a.cached for a in out)
