@@ -8,6 +8,7 @@ from typing import Optional
 
 import typer
 
+from kernelrl.task import POLICY_HELP
 from kernelrl.train.config import ConfigError, TrainConfig, smoke_config
 
 
@@ -18,6 +19,8 @@ def train_command(
     out: Optional[Path] = typer.Option(None, "--out", help="Output folder (overrides the config's `out`)."),
     service: Optional[str] = typer.Option(None, "--service", help="Judge on a `kernelrl serve` at this URL "
                                           "instead of local evaluators (token from $KERNELRL_API_TOKEN)."),
+    policy: Optional[str] = typer.Option(None, "--policy", help="the reward's " + POLICY_HELP + " (default: the "
+                                         "config's evaluator.eval policy, else strict)."),
 ) -> None:
     """Train a kernel-writing policy: SFT, self-training, then contrastive RL with the evaluator as reward."""
     if (config is None) == (not smoke):
@@ -31,6 +34,8 @@ def train_command(
                 cfg = cfg.with_(out=str(out))
         if service:
             cfg = cfg.with_(evaluator=replace(cfg.evaluator, service=service))
+        if policy is not None:
+            cfg = cfg.with_(evaluator=replace(cfg.evaluator, eval=dict(cfg.evaluator.eval, policy=policy)))
     except ConfigError as e:
         typer.secho(f"error: {e}", fg="red", err=True)
         raise typer.Exit(2)

@@ -8,6 +8,7 @@ import sys
 from dataclasses import asdict, dataclass, field, fields, is_dataclass, replace
 from pathlib import Path
 
+from kernelrl.task import check_policy
 from kernelrl.train.model import TinySpec
 from kernelrl.train.shaping import RewardShaping
 
@@ -156,6 +157,11 @@ class TrainConfig:
                               "per prompt to compare them")
         if not self.evaluator.devices:
             raise ConfigError("evaluator.devices is empty; list at least one device, e.g. [\"cuda:0\"]")
+        if "policy" in self.evaluator.eval:
+            try:
+                check_policy(self.evaluator.eval["policy"])
+            except ValueError as e:
+                raise ConfigError(f"evaluator.eval: {e}") from None
 
     @property
     def out_path(self) -> Path:

@@ -63,6 +63,7 @@ class RewardPool:
         from kernelrl.evaluate import Evaluator  # the evaluator is heavy; import it only when judging
 
         self.store, self.proposer, self.model, self.scheduler = store, proposer, model, scheduler
+        self.policy = (eval_overrides or {}).get("policy")  # the precision policy, sent with each scheduled job
         self._make = lambda device: Evaluator(EvalConfig(device=device).with_(**(eval_overrides or {})))
         self._free: queue.Queue = queue.Queue()
         self._all = []
@@ -155,7 +156,7 @@ class RewardPool:
     def _schedule(self, task: Task, cand: Candidate, digest: str) -> Judged:
         self.store.start_evaluation(task, digest, "scheduler")
         try:
-            verdict = self.scheduler.submit(task, cand).result()
+            verdict = self.scheduler.submit(task, cand, self.policy).result()
         except Exception as e:  # noqa: BLE001 - the service failed, not the program: no reward, training goes on
             log.error("judging %s/%s failed: %s", task.name, digest, e)
             return Judged(task=task.name, status="error", source=cand.source)

@@ -1,0 +1,131 @@
+"""Precision policies: strict (fp32 held to ~1e-4, reduced precision refused) and kernelbench (atol = rtol = 1e-2,
+reduced precision allowed and flagged), chosen per run or per task and recorded in the Verdict.
+
+The evaluator's behaviour under each policy, on real candidates and the exploit corpus, is in
+test_reward_integrity.py; here are the decisions, the records and the command lines.
+"""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from kernelrl.evaluate import compare as cmp
+from kernelrl.evaluate.config import EvalConfig
+from kernelrl.task import Task, TaskError, TaskMeta
+from kernelrl.train.config import ConfigError, TrainConfig
+from kernelrl.verdict import Verdict
+
+DATA = Path(__file__).parent / "data" / "eval"
+REF = '''import torch
+import torch.nn as nn
+{meta}
+
+class Model(nn.Module):
+    def forward(self, x):
+        return x * 2
+
+
+def get_inputs():
+    return [torch.randn(8)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+
+@pytest.mark.parametrize("dtype, strict, kernelbench", [
+    (torch.float32, (1e-4, 1e-4), (1e-2, 1e-2)),
+    (torch.float64, (1e-7, 1e-7), (1e-2, 1e-2)),
+    (torch.float16, (1e-2, 1e-2), (1e-2, 1e-2)),
+    (torch.bfloat16, (2e-2, 2e-2), (2e-2, 2e-2)),  # never tighter than strict
+    (torch.int64, (0.0, 0.0), (0.0, 0.0)),  # integers match exactly under both
+])
+def test_tolerances_by_dtype_and_policy(dtype, strict, kernelbench):
+    assert cmp.tolerance(dtype) == strict
+    assert cmp.tolerance(dtype, policy="kernelbench") == kernelbench
+
+
+def test_a_task_tolerance_wins_over_the_policy():
+    assert cmp.tolerance(torch.float32, atol=1e-5, rtol=1e-5, policy="kernelbench") == (1e-5, 1e-5)
+
+
+def test_tf32_sized_error_passes_only_under_kernelbench():
+    ref = torch.randn(256, 256)
+    out = ref + 5e-4 * ref.abs().mean() * torch.randn_like(ref)  # about TF32's or fp16's rounding of a matmul
+    assert not cmp.compare(out, ref).ok
+    assert cmp.compare(out, ref, policy="kernelbench").ok
+
+
+def test_a_zero_output_fails_under_kernelbench_whatever_the_magnitude():
+    small = 1e-3 * torch.randn(1024)  # KernelBench's absolute atol of 1e-2 would accept zeros here
+    assert not cmp.compare(torch.zeros_like(small), small, policy="kernelbench").ok
+
+
+def test_an_unknown_policy_is_a_one_line_error_naming_the_choices():
+    with pytest.raises(ValueError, match=r"^policy must be one of strict, kernelbench, not 'fast'$"):
+        EvalConfig(policy="fast")
+    with pytest.raises(TaskError, match="policy must be one of strict, kernelbench"):
+        TaskMeta(policy="fast")
+
+
+def test_the_task_policy_takes_precedence_over_the_run():
+    run = EvalConfig(policy="strict")
+    assert run.policy_for(TaskMeta()) == "strict"
+    assert run.policy_for(TaskMeta(policy="kernelbench")) == "kernelbench"
+    assert EvalConfig(policy="kernelbench").policy_for(TaskMeta(policy="strict")) == "strict"
+
+
+def test_a_task_sets_its_policy_in_its_literal_dict_or_its_toml(tmp_path):
+    literal = tmp_path / "literal.py"
+    literal.write_text(REF.format(meta='KERNELRL = {"policy": "kernelbench"}'))
+    assert Task.from_file(literal).meta.policy == "kernelbench"
+    sidecar = tmp_path / "sidecar.py"
+    sidecar.write_text(REF.format(meta=""))
+    sidecar.with_suffix(".toml").write_text('policy = "kernelbench"\n')
+    assert Task.from_file(sidecar).meta.policy == "kernelbench"
+    bad = tmp_path / "bad.py"
+    bad.write_text(REF.format(meta='KERNELRL = {"policy": "loose"}'))
+    with pytest.raises(TaskError, match="policy must be one of"):
+        Task.from_file(bad)
+
+
+def test_the_verdict_records_its_policy_and_old_verdicts_read_as_strict():
+    v = Verdict(status="ok", speedup=1.5, policy="kernelbench")
+    assert Verdict.from_json(v.to_json()) == v
+    old = v.to_dict()
+    del old["policy"]
+    assert Verdict.from_dict(old).policy == "strict"
+
+
+def _cli(*args) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "kernelrl.cli", *args], capture_output=True, text=True, timeout=300)
+
+
+def test_eval_judges_under_the_policy_it_is_given():
+    r = _cli("eval", str(DATA / "scale_add.py"), str(DATA / "correct.py"), "--json", "--policy", "kernelbench",
+             "--rounds", "2", "--calls", "5", "--trials", "2")
+    assert r.returncode == 0, r.stderr
+    v = Verdict.from_dict(json.loads(r.stdout))
+    assert (v.status, v.policy, v.error.atol) == ("ok", "kernelbench", 1e-2)
+
+
+@pytest.mark.parametrize("command", [
+    ["eval", str(DATA / "scale_add.py"), str(DATA / "correct.py")],
+    ["train", "--smoke"],
+])
+def test_a_bad_policy_on_the_command_line_is_one_line(command):
+    r = _cli(*command, "--policy", "loose")
+    assert r.returncode == 2
+    assert "policy must be one of strict, kernelbench, not 'loose'" in r.stderr
+    assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+def test_a_training_config_with_a_bad_reward_policy_is_refused_when_read():
+    with pytest.raises(ConfigError, match="evaluator.eval: policy must be one of"):
+        TrainConfig.from_dict({"evaluator": {"eval": {"policy": "loose"}}})
+    cfg = TrainConfig.from_dict({"evaluator": {"eval": {"policy": "kernelbench"}}})
+    assert EvalConfig(**cfg.evaluator.eval).policy == "kernelbench"
