@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import ast
 import hashlib
+import io
 import json
 import sys
+import tokenize
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
@@ -167,6 +169,22 @@ class Candidate:
     @classmethod
     def from_dict(cls, d: dict) -> "Candidate":
         return cls(**d)
+
+
+def identity_candidate(task: Task) -> Candidate:
+    """The reference itself as a candidate: the name `Model` renamed `ModelNew` wherever code uses it (not in
+    strings, comments or attribute names), so it computes exactly what the reference does."""
+    lines = task.source.splitlines(keepends=True)
+    spots, prev = [], None
+    for tok in tokenize.generate_tokens(io.StringIO(task.source).readline):
+        if tok.type == tokenize.NAME and tok.string == "Model" and not (prev and prev.string == "."):
+            spots.append(tok.start)
+        if tok.type not in (tokenize.NL, tokenize.NEWLINE, tokenize.COMMENT, tokenize.INDENT, tokenize.DEDENT):
+            prev = tok
+    for row, col in reversed(spots):  # right to left, so earlier positions on a line stay valid
+        line = lines[row - 1]
+        lines[row - 1] = line[:col] + "ModelNew" + line[col + len("Model"):]
+    return Candidate.from_source("".join(lines), name=f"{task.name}_identity")
 
 
 def check_policy(policy: str) -> str:
