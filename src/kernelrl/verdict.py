@@ -102,7 +102,7 @@ class Verdict:
     error: ErrorStats | None = None
     flags: tuple[Flag, ...] = ()
     confinement: dict = field(default_factory=dict)
-    seconds: float = 0.0  # wall time of the whole evaluation
+    seconds: float = 0.0  # wall time of the evaluation's two stages (not the wait between them: phases.waited)
     phases: dict = field(default_factory=dict)  # seconds spent per phase (start, build, check, time, ...)
     policy: str = "strict"  # precision policy judged under ("strict" or "kernelbench"); absent in old JSON
 

@@ -1,13 +1,16 @@
 """LocalScheduler: this machine's devices, each fed by a CPU stage that runs ahead of its GPU stage.
 
-A pool of CPU-stage threads prepares jobs (`Evaluator.prepare`: checks, worker start-up, imports and builds) at
-most `lookahead` per device ahead of it; one GPU-stage thread per device judges them back to back
-(`Evaluator.judge`). Each started worker holds a CUDA context (about 0.5 GB), which is what `lookahead` bounds.
+A pool of `cpu_workers` CPU-stage threads prepares jobs (`Evaluator.prepare`: checks, worker start-up, imports
+and builds) while fewer than `lookahead` prepared jobs wait for their device; one GPU-stage thread per device
+judges whichever prepared job is ready first (`Evaluator.judge`), so a slow build never holds the device up
+while another job is ready. Each started worker holds a CUDA context (about 0.5 GB): a device has at most
+`lookahead` prepared jobs waiting plus its share of the jobs being prepared.
 """
 from __future__ import annotations
 
 import collections
 import dataclasses
+import os
 import threading
 import time
 from concurrent.futures import Future
@@ -39,7 +42,7 @@ class _Device:
         self.name, self.key, self.config = name, key, config
         self.evaluators: dict[str | None, Evaluator] = {None: Evaluator(config)}
         self.ready: collections.deque[_Job] = collections.deque()  # prepared, waiting for the GPU stage
-        self.ahead = 0          # jobs being prepared or prepared, not yet judged
+        self.ahead = 0          # jobs being prepared, prepared or being judged
         self.busy_s = 0.0       # wall seconds spent in the GPU stage
         self.busy_since: float | None = None
         self._lock = threading.Lock()
@@ -78,7 +81,9 @@ class LocalScheduler:
         self._finished_at: collections.deque[float] = collections.deque()
         self._closed = False
         self._t0 = time.monotonic()
-        n_cpu = cpu_workers or lookahead * len(self._devices)
+        n_dev = len(self._devices)
+        n_cpu = cpu_workers or max(lookahead * n_dev, min((os.cpu_count() or 2) // 2, 6 * n_dev))
+        self._max_ahead = lookahead + -(-n_cpu // n_dev) + 1  # waiting, being prepared, being judged
         self._threads = [threading.Thread(target=self._cpu_stage, name=f"prepare-{i}", daemon=True)
                          for i in range(n_cpu)]
         self._threads += [threading.Thread(target=self._gpu_stage, args=(dev,), name=f"judge-{dev.key}",
@@ -89,19 +94,15 @@ class LocalScheduler:
     # -- the Scheduler protocol ----------------------------------------------------------------------------
     def submit(self, task: Task, candidate: Candidate, policy: str | None = None) -> "Future[Verdict]":
         """Queue one evaluation; `policy` overrides the evaluators' precision policy for this job."""
-        if policy is not None and "policy" not in EvalConfig.__dataclass_fields__:
-            raise ValueError("this evaluator has no precision policies: submit with policy=None")
-        job = _Job(task, candidate, policy, Future())
-        with self._cond:
-            if self._closed:
-                raise RuntimeError("the scheduler is closed")
-            self._pending.append(job)
-            self._cond.notify_all()
-        return job.future
+        if policy is not None:
+            self._devices[0].config.with_(policy=policy)  # an unknown policy is refused here, in one line
+        return self._queue(_Job(task, candidate, policy, Future()))
 
     def time_reference(self, task: Task, compiled: bool = False) -> "Future[Timing]":
         """Queue a timing of the task's reference alone (`Evaluator.time_reference`) on one of the devices."""
-        job = _Job(task, None, None, Future(), compiled=compiled)
+        return self._queue(_Job(task, None, None, Future(), compiled=compiled))
+
+    def _queue(self, job: _Job) -> Future:
         with self._cond:
             if self._closed:
                 raise RuntimeError("the scheduler is closed")
@@ -135,7 +136,7 @@ class LocalScheduler:
                 d.ready.clear()
             self._cond.notify_all()
         for job in dropped:
-            job.future.cancel()
+            _cancel(job.future)
             if job.prepared is not None and job not in self._in_prep:
                 self._release(job)
         for t in self._threads:
@@ -164,6 +165,7 @@ class LocalScheduler:
                 dev.ahead += 1
                 self._in_prep.add(job)
             if job.future.cancelled():
+                _cancel(job.future)  # cancelled by its caller: wake whoever waits on it
                 self._drop(dev, job)
                 continue
             try:
@@ -188,7 +190,7 @@ class LocalScheduler:
                     cancelled = False
             if cancelled:
                 self._release(job)
-                job.future.cancel()
+                _cancel(job.future)
 
     def _gpu_stage(self, dev: _Device) -> None:
         while True:
@@ -201,7 +203,7 @@ class LocalScheduler:
                 dev.busy_since = time.monotonic()
             verdict = error = None
             try:
-                if not job.future.set_running_or_notify_cancel():
+                if not _start(job.future):
                     self._release(job)
                 elif job.compiled is None:
                     verdict = job.prepared_by.judge(job.prepared)
@@ -228,9 +230,9 @@ class LocalScheduler:
             job.prepared_by.let_go(job.prepared)
 
     def _free_device(self) -> _Device | None:
-        """The device with room ahead of it and the least work ahead (None when all have `lookahead`)."""
-        free = [d for d in self._devices if d.ahead < self.lookahead]
-        return min(free, key=lambda d: d.ahead) if free else None
+        """The device with room for one more job ahead of it and the least work ahead; None when none has room."""
+        free = [d for d in self._devices if len(d.ready) < self.lookahead and d.ahead < self._max_ahead]
+        return min(free, key=lambda d: (len(d.ready), d.ahead)) if free else None
 
     def _drop(self, dev: _Device, job: _Job) -> None:
         with self._cond:
@@ -241,7 +243,7 @@ class LocalScheduler:
     def _resolve(self, job: _Job, verdict: Verdict | None = None, error: BaseException | None = None,
                  running: bool = False) -> None:
         """Set the job's outcome once (a job cancelled meanwhile stays cancelled)."""
-        if not running and not job.future.set_running_or_notify_cancel():
+        if not running and not _start(job.future):
             return
         if error is not None:
             job.future.set_exception(error)
@@ -251,3 +253,18 @@ class LocalScheduler:
             with self._cond:
                 self._done += 1
                 self._finished_at.append(time.monotonic())
+
+
+def _start(future: Future) -> bool:
+    """Mark a job's Future running; False (its waiters woken) when it was cancelled."""
+    try:
+        return future.set_running_or_notify_cancel()
+    except RuntimeError:  # cancelled, and its waiters woken, already
+        return False
+
+
+def _cancel(future: Future) -> None:
+    """Cancel a job's Future unless it runs or is done, and wake its waiters (`concurrent.futures.wait` counts a
+    cancelled Future only once notified)."""
+    if future.cancel():
+        _start(future)
