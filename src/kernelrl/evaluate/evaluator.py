@@ -388,10 +388,11 @@ class Evaluator:
                 "fixed_inputs": list(task.meta.fixed_inputs), "cpu_threads": self.config.cpu_threads}
         try:
             worker = self._spawn(init, self.cache / "build" / f"ref-{key}-{toolchain_key()}")
-            probe = {"op": "trial", "seed": 0, "count_work": True, "probe": True}
-            worker.send(probe)
-            with self._lock:  # the probe runs the reference on the device: not beside a GPU stage's timing
-                h, _ = worker.receive(self.config.timeout_s)
+            h, _ = worker.request({"op": "ready"}, self.config.timeout_s)  # start-up, beside any GPU stage
+            if h.get("type") != "error":
+                with self._lock:  # the probe runs the reference on the device: not beside a GPU stage's timing
+                    h, _ = worker.request({"op": "trial", "seed": 0, "count_work": True, "probe": True},
+                                        self.config.timeout_s)
         except WorkerError as e:
             last = [line for line in e.stderr_tail.strip().splitlines() if line.strip()][-1:]
             raise EvaluationError(f"{task.name}: the reference does not run: {e}"

@@ -265,6 +265,10 @@ class Harness:
         inputs = storage_ptrs([x for x in xs if isinstance(x, self.torch.Tensor)])
         poison_([o for o in outs if o.numel() and o.untyped_storage().data_ptr() not in inputs])
 
+    def op_ready(self, op):
+        """Answer once started (the task imported, its Model built; nothing run): the caller knows it is up."""
+        return {"type": "ready"}, None
+
     def op_profile(self, op):
         """Names of the operators one call runs (for task policies such as own_kernels)."""
         xs = self.base_inputs(op["seed"])
