@@ -1,12 +1,16 @@
 """The pipelined evaluation: prepare/judge against evaluate, and LocalScheduler over several CPU "devices"."""
+import os
 import threading
-import time
 from concurrent.futures import CancelledError, wait
 from pathlib import Path
 
 import pytest
 
+import torch
+
 from kernelrl.evaluate import EvalConfig, Evaluator
+from kernelrl.evaluate.evaluator import HARNESS, build_cpus
+from kernelrl.sandbox.process import Worker
 from kernelrl.scale import SchedulerStats, make_scheduler
 from kernelrl.scale.local import LocalScheduler
 from kernelrl.task import Candidate, Task
@@ -116,3 +120,13 @@ def test_bad_scheduler_arguments_are_refused(config):
         LocalScheduler(config, devices=("cpu",), lookahead=0)
     with pytest.raises(ValueError, match="no devices"):
         LocalScheduler(config, devices=())
+
+
+@pytest.mark.skipif(len(getattr(os, "sched_getaffinity", lambda _: ())(0)) < 2, reason="needs two cores")
+def test_a_worker_starts_on_the_cores_it_is_given(tmp_path):
+    # Builds beside a GPU stage keep off its timing cores this way (CPU devices set none aside).
+    assert build_cpus(torch.device("cpu")) is None
+    core = min(os.sched_getaffinity(0))
+    with Worker(HARNESS, scratch_root=tmp_path, init={"role": "candidate", "device": "cpu"}, affinity=[core]) as w:
+        assert w.request({"op": "ready"}, 120)[0]["type"] == "ready"
+        assert os.sched_getaffinity(w.proc.pid) == {core}
