@@ -2,7 +2,8 @@
 import subprocess
 import sys
 
-STEPS = {"none": "", "netns": "c.unshare_network()", "landlock": "c.landlock_restrict_writes([s], hide_processes=False)",
+STEPS = {"none": "", "private_tmp": "c.private_tmp(s, [s])",
+         "netns": "c.unshare_network()", "landlock": "c.landlock_restrict_writes([s], hide_processes=False)",
          "landlock_hide": "c.landlock_restrict_writes([s], hide_processes=True)", "seccomp": "c.seccomp_deny()",
          "caps": "c.drop_capabilities()", "limits": "c.set_limits(None, None, 4096, skip_address_space=True)"}
 for name, step in STEPS.items():

@@ -20,13 +20,14 @@ SRC = str(Path(confine_mod.__file__).resolve().parents[2])
 FAKE_KEY = "sk-test0123456789abcdefghijklmnop"
 
 
-def run_confined(tmp_path: Path, probe: str, env: dict | None = None, scrub: bool = True) -> dict:
-    """Run `probe` (Python that sets `result`) in a child after confine(tmp_path/'scratch'); return its JSON."""
-    scratch = tmp_path / "scratch"
-    code = textwrap.dedent("""
+def run_confined(tmp_path: Path, probe: str, env: dict | None = None, scrub: bool = True, own_tmp: bool = True,
+                 scratch: str = "scratch") -> dict:
+    """Run `probe` (Python that sets `result`) in a child after confine(tmp_path/scratch); return its JSON."""
+    scratch = tmp_path / scratch
+    code = textwrap.dedent(f"""
         import json, os, sys
         from kernelrl.sandbox.confine import confine
-        applied = confine(sys.argv[1])
+        applied = confine(sys.argv[1], own_tmp={own_tmp})
         result = None
     """) + textwrap.dedent(probe) + "\nprint(json.dumps({'applied': applied, 'result': result}))\n"
     base = dict(os.environ if env is None else env)
@@ -49,8 +50,8 @@ def test_write_inside_scratch_succeeds(tmp_path):
 
 
 def test_write_outside_scratch_fails(tmp_path):
-    outside = tmp_path / "outside.txt"
-    r = run_confined(tmp_path, f"""
+    outside = tmp_path / "outside.txt"  # under /tmp: Landlock alone must refuse it, without a private /tmp
+    r = run_confined(tmp_path, own_tmp=False, probe=f"""
         try:
             open({str(outside)!r}, "w").write("escaped")
             result = "written"
@@ -64,7 +65,7 @@ def test_write_outside_scratch_fails(tmp_path):
 def test_delete_outside_scratch_fails(tmp_path):
     victim = tmp_path / "victim.txt"
     victim.write_text("keep me")
-    r = run_confined(tmp_path, f"""
+    r = run_confined(tmp_path, own_tmp=False, probe=f"""
         try:
             os.remove({str(victim)!r})
             result = "removed"
@@ -73,6 +74,52 @@ def test_delete_outside_scratch_fails(tmp_path):
     """)
     assert r["result"] == "denied"
     assert victim.read_text() == "keep me"
+
+
+def _private_tmp(applied: dict) -> None:
+    """Skip where this machine forbids mount namespaces (the report says why); elsewhere it must be applied."""
+    if not applied["private_tmp"] and "unshare" in applied.get("private_tmp_reason", ""):
+        pytest.skip(f"no mount namespace here: {applied['private_tmp_reason']}")
+    assert applied["private_tmp"] is True, applied.get("private_tmp_reason")
+
+
+def test_a_literal_tmp_path_is_writable_and_private(tmp_path):
+    name = f"/tmp/cuda_extensions-{os.getpid()}-{tmp_path.name}"
+    r = run_confined(tmp_path, f"""
+        os.makedirs({name!r}, exist_ok=True)
+        open({name!r} + "/build.ninja", "w").write("rule cc")
+        result = open({name!r} + "/build.ninja").read()
+    """)
+    _private_tmp(r["applied"])
+    assert r["result"] == "rule cc"
+    assert not os.path.exists(name)  # it never reached the real /tmp
+    assert (tmp_path / "scratch" / "tmp" / Path(name).name / "build.ninja").exists()  # it lives in the scratch
+
+
+def test_the_real_tmp_is_out_of_reach(tmp_path):
+    victim = tmp_path / "victim.txt"  # beneath the real /tmp, beside the scratch directory
+    victim.write_text("keep me")
+    r = run_confined(tmp_path, f"""
+        result = [os.path.exists({str(victim)!r}), os.path.isdir(sys.argv[1])]
+        open({str(tmp_path / "planted.txt")!r}, "w").write("x")
+    """)
+    _private_tmp(r["applied"])
+    assert r["result"] == [False, True]  # its own scratch is there, nothing else of the real /tmp is
+    assert victim.read_text() == "keep me" and not (tmp_path / "planted.txt").exists()
+
+
+def test_another_workers_tmp_files_are_out_of_reach(tmp_path):
+    first = run_confined(tmp_path, scratch="first", probe="""
+        os.makedirs("/tmp/shared", exist_ok=True)
+        open("/tmp/shared/weights.bin", "w").write("first's")
+        result = os.path.realpath(sys.argv[1])
+    """)
+    _private_tmp(first["applied"])
+    second = run_confined(tmp_path, scratch="second", probe=f"""
+        result = [os.path.exists("/tmp/shared/weights.bin"),
+                  os.path.exists({str(tmp_path / "first" / "tmp" / "shared" / "weights.bin")!r})]
+    """)
+    assert second["result"] == [False, False]
 
 
 def test_loopback_connect_fails(tmp_path):

@@ -162,14 +162,24 @@ def _matmul_task():
     return ns["Model"](), ns["get_inputs"]()
 
 
-def test_roofline_floor_flags_a_matmul_faster_than_the_machine():
+def test_roofline_floor_counts_only_the_outputs_written():
+    import torch
+
     from kernelrl.evaluate.guards import roofline
 
-    model, inputs = _matmul_task()
-    work = roofline.count_work(model, inputs)
-    assert work.flops == 2 * 256 ** 3
+    x, small = torch.randn(256, 256), torch.randn(1, 256)
+    assert roofline.written_bytes([x @ x], [x]) == 256 * 256 * 4  # never the reference's flops
+    assert roofline.written_bytes([x.view(-1)], [x]) == 0  # an output that is an input was not written
+    assert roofline.written_bytes([small.expand(256, 256)], [x]) == 256 * 4  # an expanded view: its storage
+    y = x * 2
+    assert roofline.written_bytes([y, y[0]], [x]) == 256 * 256 * 4  # each storage once
+
+
+def test_roofline_floor_flags_a_time_no_memory_could_write_the_outputs():
+    from kernelrl.evaluate.guards import roofline
+
     peaks = roofline.cpu_peaks(seconds=0.1)
-    assert roofline.below_floor(4.4, work, peaks) is not None  # what impossible_speed reports per call
+    assert roofline.below_floor(1.0, 64 << 20, peaks) is not None  # 64 MiB in a microsecond
 
 
 def test_roofline_floor_accepts_the_reference_own_time():
@@ -178,9 +188,9 @@ def test_roofline_floor_accepts_the_reference_own_time():
     from kernelrl.evaluate.guards import roofline
 
     model, inputs = _matmul_task()
-    work, peaks = roofline.count_work(model, inputs), roofline.cpu_peaks(seconds=0.1)
+    nbytes, peaks = roofline.written_bytes([model(*inputs)], inputs), roofline.cpu_peaks(seconds=0.1)
     best = min(_timed(model, inputs, time) for _ in range(20))
-    assert roofline.below_floor(best, work, peaks) is None
+    assert roofline.below_floor(best, nbytes, peaks) is None
 
 
 def _timed(model, inputs, time) -> float:

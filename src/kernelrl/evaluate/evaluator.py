@@ -391,8 +391,7 @@ class Evaluator:
             h, _ = worker.request({"op": "ready"}, self.config.timeout_s)  # start-up, beside any GPU stage
             if h.get("type") != "error":
                 with self._lock:  # the probe runs the reference on the device: not beside a GPU stage's timing
-                    h, _ = worker.request({"op": "trial", "seed": 0, "count_work": True, "probe": True},
-                                        self.config.timeout_s)
+                    h, _ = worker.request({"op": "trial", "seed": 0, "probe": True}, self.config.timeout_s)
         except WorkerError as e:
             last = [line for line in e.stderr_tail.strip().splitlines() if line.strip()][-1:]
             raise EvaluationError(f"{task.name}: the reference does not run: {e}"
@@ -400,7 +399,8 @@ class Evaluator:
         if h.get("type") == "error" or h.get("problem"):
             worker.close()
             raise EvaluationError(f"{task.name}: the reference does not run: {h.get('message') or h.get('problem')}")
-        state = {"init": init, "compiled": False, "out_bytes": h.get("out_bytes", 0), "work": h.get("work"),
+        state = {"init": init, "compiled": False, "out_bytes": h.get("out_bytes", 0),
+                 "written_bytes": h.get("written_bytes"),
                  "mutates": set(h.get("inputs_changed", [])),  # a reference may write into its inputs
                  "users": 1}  # prepared jobs and timings holding it (never evicted while held)
         return worker, state
@@ -504,7 +504,7 @@ class Evaluator:
             primary = {"speedup": graphs["graph_speedup"], "speedup_stderr": graphs["graph_stderr"],
                        "speedup_method": "cuda_graph"}
         graphs.pop("graph_stderr", None)
-        self._roofline(task, state, graphs.get("candidate_graph") or cand_t, flags)
+        self._roofline(state, first, graphs.get("candidate_graph") or cand_t, flags)
         threshold = max(cfg.recheck_speedup, task.meta.suspicious_speedup or 0)
         if primary["speedup"] > threshold and not any(f.severity == "reject" for f in flags):
             kind = "graph" if primary["speedup_method"] == "cuda_graph" else "time"
@@ -611,7 +611,7 @@ class Evaluator:
             if full:
                 m = self._compare_outputs(task, ct, rt, rh["outputs"], ch["outputs"], what)
                 if i == 0:
-                    first = {"seed": seed, "ref": rt, "ref_header": rh, "cand": ct}
+                    first = {"seed": seed, "ref": rt, "ref_header": rh, "cand": ct, "cand_header": ch}
             else:
                 m = self._compare_sampled(task, ref, cand, rh, ch, left, what)
             worst = m if worst is None or (m.mismatched, m.rel_l2) > (worst.mismatched, worst.rel_l2) else worst
@@ -859,26 +859,26 @@ class Evaluator:
                                              f"library operators {sorted(heavy)} that the reference uses",
                               hack="reference_fallback"))
 
-    def _peaks(self, low_precision: bool):
+    def _peaks(self):
         from kernelrl.evaluate.guards import roofline
 
         if self.device.type == "cuda":
-            return roofline.cuda_peaks(self._device_name, low_precision)
+            return roofline.cuda_peaks(self._device_name)
         if self._cpu_peaks is None:
             self._cpu_peaks = roofline.cpu_peaks()
         return self._cpu_peaks
 
-    def _roofline(self, task, state, cand_t: Timing, flags):
-        """Flag a time below what the reference's counted flops and bytes allow on this machine."""
+    def _roofline(self, state, first, cand_t: Timing, flags):
+        """Flag a time below what writing the outputs takes on this machine: work every correct program must do
+        (never the reference's flops: a program may do less arithmetic than the reference)."""
         from kernelrl.evaluate.guards import roofline
 
-        work = state.get("work")
-        if not work:
+        counted = [n for n in (state.get("written_bytes"), first["cand_header"].get("written_bytes"))
+                   if n is not None]
+        peaks = self._peaks()
+        if not counted or peaks is None:
             return
-        peaks = self._peaks(task.meta.dtype in ("float16", "bfloat16", "fp16", "bf16"))
-        if peaks is None:
-            return
-        why = roofline.below_floor(cand_t.median_us, roofline.Work.from_dict(work), peaks)
+        why = roofline.below_floor(cand_t.median_us, min(counted), peaks)
         if why:
             flags.append(Flag("roofline", why, hack="impossible_speed"))
 

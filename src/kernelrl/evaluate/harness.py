@@ -156,20 +156,24 @@ class Harness:
 
     # -- ops ---------------------------------------------------------------------------------------------
     def op_load(self, op):
-        """Candidate role: import the candidate and build ModelNew with the reference's parameters."""
+        """Candidate role: import the candidate and build ModelNew under the reference's secret seed.
+
+        As in KernelBench, the parameters stay as ModelNew's __init__ made them: layers created in the reference's
+        order get the reference's values, and a candidate may transform its own (fold a constant into a weight).
+        Correctness on secret inputs judges the result, whatever __init__ did."""
         torch = self.torch
         if self.task is None:
             self._load_task(op)
             if self.init_error:
                 return _error("runtime_error", self.init_error)
-        ref_state = {k: v.detach().clone() for k, v in self._build(self.task.Model).state_dict().items()} \
-            if isinstance(self.task.Model, type) and issubclass(self.task.Model, torch.nn.Module) else {}
         if "compile" in op["source"] or "dynamo" in op["source"]:
             # torch.compile rebinds a few torch attributes on first use; let it do so before the snapshot.
             import torch._dynamo
             torch._dynamo.mutation_guard.install_generation_tagging_init()
         path = os.path.join(self.scratch, "candidate.py")
         writable = [self.scratch] + list(self.init.get("writable", ()))
+        if self.confinement.get("private_tmp"):  # /tmp is this worker's own (sandbox.confine.private_tmp)
+            writable.append("/tmp")
         self.snap = tamper.snapshot(torch)
         self.audit = tamper.AuditLog(os.path.realpath(path), writable)
         self.threads0 = tamper.python_threads()
@@ -191,14 +195,7 @@ class Harness:
         except BaseException as e:
             return _error(*buildlog.classify(e, path))
         self.load_findings = self._persisting_l2("at load")
-        copied = 0
-        if isinstance(self.model, torch.nn.Module) and ref_state:
-            own = self.model.state_dict()
-            match = {k: v for k, v in ref_state.items() if k in own and own[k].shape == v.shape}
-            if match:
-                self.model.load_state_dict(match, strict=False)
-                copied = len(match)
-        return {"type": "loaded", "build_s": self._perf() - t0, "params_copied": copied}, None
+        return {"type": "loaded", "build_s": self._perf() - t0}, None
 
     def op_trial(self, op):
         """Run once on the inputs for `seed`; return the outputs (or hold them for `op_sample`)."""
@@ -223,9 +220,8 @@ class Harness:
         header = {"type": "trial", "outputs": len(outs), "inputs_changed": changed,
                   "dtypes": [str(o.dtype).replace("torch.", "") for o in outs],
                   "in_bytes": sum(x.numel() * x.element_size() for x in xs if isinstance(x, torch.Tensor)),
-                  "out_bytes": sum(o.numel() * o.element_size() for o in outs)}
-        if self.role == "reference" and op.get("count_work"):
-            header["work"] = self._count_work(xs)
+                  "out_bytes": sum(o.numel() * o.element_size() for o in outs),
+                  "written_bytes": self._written_bytes(outs, xs)}
         if op.get("probe"):  # sizes and counts only: the caller has no use for these outputs
             del xs, kept, out, outs
             if self.cuda:  # a reference started ahead of its turn keeps no device memory it is not using
@@ -250,13 +246,10 @@ class Harness:
             self._poison_outputs(outs, xs)
         return {"type": "samples"}, samples
 
-    def _count_work(self, xs) -> dict | None:
-        """Flops and bytes of one reference call (for the roofline floor); None when they cannot be counted."""
-        try:
-            from kernelrl.evaluate.guards.roofline import count_work
-            return count_work(self.model, xs).to_dict()
-        except Exception:
-            return None
+    def _written_bytes(self, outs, xs) -> int:
+        """Bytes this call's outputs had to be written with (the roofline floor's work; `roofline.written_bytes`)."""
+        from kernelrl.evaluate.guards.roofline import written_bytes
+        return written_bytes(outs, [x for x in xs if isinstance(x, self.torch.Tensor)])
 
     def _poison_outputs(self, outs, xs):
         """NaN-fill returned outputs once read: a program that hands the same tensor back again returns poison."""

@@ -29,7 +29,10 @@ _AUDIT_CLASSES = {
     "_thread.start_new_thread": "background_thread", "sys.addaudithook": "timer_tampering",
     "sys._getframe": "harness_introspection", "ctypes.dlsym": "timer_tampering",
 }
-_WARN_EVENTS = {"ctypes.dlsym"}
+# Evidence only: each has an honest reading (os.environ["TORCH_CUDA_ARCH_LIST"] = ... before a build; a compiler
+# the candidate runs itself). Children left running, threads during timed calls and wrong outputs still reject.
+_WARN_EVENTS = {"ctypes.dlsym", "os.putenv", "os.unsetenv", "subprocess.Popen", "os.system", "os.posix_spawn",
+                "os.exec", "os.fork", "os.forkpty"}
 
 
 def _modules(torch) -> list:

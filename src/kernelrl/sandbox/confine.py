@@ -1,9 +1,11 @@
-"""Confinement of a worker process before candidate code loads: scrubbed environment, Landlock, no network.
+"""Confinement of a worker process before candidate code loads: scrubbed environment, a private /tmp, Landlock,
+no network.
 
 Every function here acts on the calling process only, is applied inside the worker (never in the evaluator),
 and reports what it did rather than raising, so the Verdict can state how the candidate was confined.
 Order matters: `confine()` applies them so that each step still has the rights it needs
-(unshare needs CAP_SYS_ADMIN, so capabilities go last; Landlock and seccomp need no_new_privs first).
+(unshare and mount need CAP_SYS_ADMIN, so capabilities go last, and seccomp, which denies mount, after the
+private /tmp; Landlock and seccomp need no_new_privs first).
 
 Two things a worker must do itself, because they cannot be undone from inside:
 - spawn the worker with `env=scrub_env(os.environ)`: /proc/self/environ shows the environment the process was
@@ -111,6 +113,11 @@ PR_CAP_AMBIENT_CLEAR_ALL = 4
 SECCOMP_MODE_FILTER = 2
 CLONE_NEWNET = 0x40000000
 CLONE_NEWUSER = 0x10000000
+CLONE_NEWNS = 0x00020000
+MS_RDONLY, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 1, 32, 4096, 16384, 1 << 18
+_libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_void_p]
+_libc.umount2.argtypes = [ctypes.c_char_p, ctypes.c_int]
+MNT_DETACH = 2
 
 
 def _syscall(name: str, *args) -> int:
@@ -265,6 +272,92 @@ def _allow_reads_except_other_processes(rs: _Ruleset) -> None:
         if not name.isdigit() and name not in ("self", "thread-self"):
             rs.allow(os.path.join("/proc", name), _READ)
     rs.allow(f"/proc/{os.getpid()}", _READ)
+
+
+# --- a private /tmp ---------------------------------------------------------------------------------------
+
+def _mount(source: str | None, target: str, flags: int) -> None:
+    if _libc.mount(source and os.fsencode(source), os.fsencode(target), None, flags, None) != 0:
+        raise OSError(f"mount {source or ''} {target} failed: {_err()}")
+
+
+def _own_mount_namespace() -> str:
+    """Enter a new mount namespace (in a new user namespace where this process may not create one directly)."""
+    if _syscall("unshare", ctypes.c_int(CLONE_NEWNS)) == 0:
+        return "mount namespace"
+    first = _err()
+    uid, gid = os.getuid(), os.getgid()
+    if _syscall("unshare", ctypes.c_int(CLONE_NEWUSER | CLONE_NEWNS)) != 0:
+        raise OSError(f"unshare(CLONE_NEWNS) failed: {first}; with a user namespace: {_err()}")
+    Path("/proc/self/setgroups").write_text("deny")
+    Path("/proc/self/uid_map").write_text(f"{uid} {uid} 1")
+    Path("/proc/self/gid_map").write_text(f"{gid} {gid} 1")
+    return "mount namespace in a user namespace"
+
+
+def _under_tmp(paths, tmp: Path) -> list[Path]:
+    """The existing directories among `paths` that lie beneath `tmp`, resolved, outermost first."""
+    found = set()
+    for p in paths:
+        try:
+            rp = Path(p).resolve()
+        except (OSError, RuntimeError):
+            continue
+        if tmp in rp.parents and rp.is_dir():
+            found.add(rp)
+    return sorted(found, key=lambda p: len(p.parts))
+
+
+def private_tmp(tmp_dir: str | os.PathLike, keep_writable=(), keep_readable=()) -> tuple[bool, str]:
+    """Bind `tmp_dir` over /tmp in a mount namespace of this process's own: code that writes a literal
+    /tmp/cuda_extensions runs unchanged, and no file of the real /tmp, or of another worker, can be reached.
+
+    Folders beneath the real /tmp that this process still needs are bound back at their own paths:
+    `keep_writable` (its scratch and build folders) as they are, `keep_readable` (import paths) read-only.
+    Runs before seccomp (which denies mount) and before capabilities are dropped. Returns (applied, detail)."""
+    if sys.platform != "linux":
+        return False, "mount namespaces need Linux"
+    tmp = Path("/tmp").resolve()
+    writable = _under_tmp(keep_writable, tmp)
+    readable = [p for p in _under_tmp(keep_readable, tmp)
+                if not any(p == w or w in p.parents for w in writable)]
+    keep = sorted([(p, True) for p in writable] + [(p, False) for p in readable], key=lambda k: len(k[0].parts))
+    fds = []
+    try:
+        how = _own_mount_namespace()
+        _mount(None, "/", MS_REC | MS_PRIVATE)  # nothing mounted here propagates to other namespaces
+        # Opened in the new namespace (a bind's source must be in it) and before /tmp is covered: the folders
+        # are bound back from these handles.
+        fds = [(p, rw, os.open(p, os.O_PATH | os.O_CLOEXEC)) for p, rw in keep]
+        _mount(str(Path(tmp_dir).resolve()), str(tmp), MS_BIND)
+    except OSError as e:
+        for _, _, fd in fds:
+            os.close(fd)
+        return False, str(e)
+    try:
+        for p, rw, fd in fds:
+            if any(q in p.parents and (q_rw or not rw) for q, q_rw, _ in fds):
+                continue  # visible already, with the same rights, through an outer folder bound back
+            p.mkdir(parents=True, exist_ok=True)  # inside tmp_dir, which is /tmp now
+            _mount(f"/proc/self/fd/{fd}", str(p), MS_BIND)
+            if not rw:
+                _mount(None, str(p), MS_REMOUNT | MS_BIND | MS_RDONLY)
+    except OSError as e:
+        _libc.umount2(os.fsencode(str(tmp)), MNT_DETACH)  # the real /tmp again, rather than a broken one
+        return False, f"{e}; /tmp left shared"
+    finally:
+        for _, _, fd in fds:
+            os.close(fd)
+    return True, f"{how}: /tmp is {Path(tmp_dir).resolve()}, {len(keep)} folder(s) of the real /tmp bound back"
+
+
+def import_paths() -> list[str]:
+    """Folders this process may still import or run programs from (sys.path, the interpreter, PATH, CUDA)."""
+    paths = [p for p in sys.path if p] + [sys.prefix, sys.exec_prefix, os.path.dirname(sys.executable)]
+    for var in ("PATH", "LD_LIBRARY_PATH", "PYTHONPATH"):
+        paths += [p for p in os.environ.get(var, "").split(os.pathsep) if p]
+    paths += [os.environ[v] for v in ("CUDA_HOME", "CUDA_PATH", "VIRTUAL_ENV", "CONDA_PREFIX") if os.environ.get(v)]
+    return paths
 
 
 # --- network ---------------------------------------------------------------------------------------------
@@ -425,7 +518,7 @@ def set_limits(memory_bytes: int | None = None, cpu_seconds: int | None = None, 
 def confine(scratch_dir: str | os.PathLike, writable_dirs=(), network: bool = False, *,
             memory_bytes: int | None = None, cpu_seconds: int | None = None, nofile: int | None = 4096,
             cuda: bool = False, landlock: bool = True, hide_processes: bool = True, seccomp: bool = True,
-            drop_caps: bool = True) -> dict:
+            drop_caps: bool = True, own_tmp: bool = True) -> dict:
     """Confine this process to `scratch_dir` (+ `writable_dirs`); returns what was applied, for the Verdict."""
     report: dict = {}
     scratch = Path(scratch_dir)
@@ -445,6 +538,16 @@ def confine(scratch_dir: str | os.PathLike, writable_dirs=(), network: bool = Fa
         report["env_reason"] = (f"/proc/self/environ still shows {sorted(leftover)}: spawn the worker with "
                                 "env=scrub_env(os.environ)")
 
+    # A /tmp of its own: the scratch's tmp folder (also TMPDIR). Where that is impossible, TMPDIR, HOME and
+    # XDG_CACHE_HOME still point into the scratch directory, and writes to the real /tmp are refused.
+    report["private_tmp"] = False
+    if own_tmp:
+        ok, why = private_tmp(extra["TMPDIR"], [scratch, *writable_dirs], import_paths())
+        report["private_tmp"] = ok
+        report["private_tmp_detail" if ok else "private_tmp_reason"] = why
+        if ok:
+            os.chdir(scratch)  # the working directory through the folder bound back, not the covered one
+
     if not network:
         ok, why = unshare_network()
         report["netns"] = ok
@@ -454,8 +557,9 @@ def confine(scratch_dir: str | os.PathLike, writable_dirs=(), network: bool = Fa
     report["rlimits"] = set_limits(memory_bytes, cpu_seconds, nofile, skip_address_space=cuda)
 
     if landlock:
-        ok, why = landlock_restrict_writes([scratch, *map(Path, writable_dirs)], hide_processes=hide_processes,
-                                           deny_tcp=not network)
+        own = [Path("/tmp")] if report["private_tmp"] else []
+        ok, why = landlock_restrict_writes([scratch, *map(Path, writable_dirs), *own],
+                                           hide_processes=hide_processes, deny_tcp=not network)
         report["landlock"] = ok
         report["landlock_detail" if ok else "landlock_reason"] = why
         report["processes_hidden"] = ok and hide_processes
