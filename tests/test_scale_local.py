@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from kernelrl.evaluate import EvalConfig, Evaluator
-from kernelrl.evaluate.evaluator import HARNESS, build_cpus
+from kernelrl.evaluate.evaluator import HARNESS, build_cpus, worker_cpus
 from kernelrl.sandbox.process import Worker
 from kernelrl.scale import SchedulerStats, make_scheduler
 from kernelrl.scale.local import LocalScheduler
@@ -130,3 +130,27 @@ def test_a_worker_starts_on_the_cores_it_is_given(tmp_path):
     with Worker(HARNESS, scratch_root=tmp_path, init={"role": "candidate", "device": "cpu"}, affinity=[core]) as w:
         assert w.request({"op": "ready"}, 120)[0]["type"] == "ready"
         assert os.sched_getaffinity(w.proc.pid) == {core}
+
+
+@pytest.mark.gpu
+def test_gpu_workers_build_off_every_gpus_timing_cores():
+    timing = set().union(*(worker_cpus(torch.device("cuda", i)) or () for i in range(torch.cuda.device_count())))
+    building = build_cpus(torch.device("cuda", 0))
+    if not timing:
+        pytest.skip("this machine has too few cores (or no affinity) to set any aside")
+    assert building and timing.isdisjoint(building)
+
+
+@pytest.mark.gpu
+def test_a_gpu_judges_prepared_cuda_and_triton_candidates_by_device_time(tmp_path):
+    gpu = Path(__file__).parent / "data" / "eval_gpu"
+    task = Task.from_file(gpu / "softmax_rows.py")
+    with LocalScheduler(EvalConfig(device="cuda", cache_dir=str(tmp_path)), devices=("cuda",), lookahead=2) as s:
+        futures = [s.submit(task, Candidate.from_file(gpu / f"{n}.py"))
+                   for n in ("softmax_cuda", "softmax_triton", "softmax_wrong", "softmax_triton")]
+        verdicts = [f.result(timeout=600) for f in futures]
+        busy = s.stats().device_busy["cuda"]
+    assert [v.status for v in verdicts] == ["ok", "ok", "incorrect", "ok"], [v.message for v in verdicts]
+    assert all(v.speedup_method == "cuda_graph" for v in verdicts if v.ok)
+    assert verdicts[1].speedup == pytest.approx(verdicts[3].speedup, rel=0.03)  # as repeatable as serial
+    assert 0 < busy <= 1
