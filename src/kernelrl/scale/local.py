@@ -110,6 +110,11 @@ class LocalScheduler:
             self._cond.notify_all()
         return job.future
 
+    @property
+    def capacity(self) -> int:
+        """Jobs that keep every device's pipeline full: callers that wait on each job keep this many going."""
+        return (self.lookahead + 1) * len(self._devices)
+
     def stats(self) -> SchedulerStats:
         now = time.monotonic()
         with self._cond:
