@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import json
 import random
-import re
 import statistics
 import tempfile
 import time
@@ -26,7 +25,7 @@ import torch
 
 from kernelrl.evaluate import EvalConfig, EvaluationError, Evaluator
 from kernelrl.scale.local import LocalScheduler
-from kernelrl.task import Candidate, Task
+from kernelrl.task import Candidate, Task, identity_candidate
 
 GPU_PHASES_NOT = ("reference", "start_and_build", "waited")  # the CPU stage and the wait; the rest is GPU stage
 
@@ -110,8 +109,8 @@ KERNELS = {
 
 
 def identity(task: Task) -> Candidate:
-    """The reference itself as a candidate: `Model` renamed `ModelNew`."""
-    return Candidate.from_source(re.sub(r"\bModel\b", "ModelNew", task.source), name=f"{task.name}-identity")
+    """The reference itself as a candidate (`Model` renamed `ModelNew`), named for the throughput tables."""
+    return Candidate(identity_candidate(task).source, name=f"{task.name}-identity")
 
 
 def own_kernel(task: Task, stem: str) -> Candidate:
@@ -146,10 +145,10 @@ def serial(config: EvalConfig, work, budget_s: float) -> dict:
     return summary(rows, wall, busy)
 
 
-def pipelined(config: EvalConfig, work, budget_s: float, lookahead: int) -> dict:
+def pipelined(config: EvalConfig, work, budget_s: float, lookahead: int, cpu_workers: int | None) -> dict:
     """Every job submitted to a LocalScheduler at once; none started after the budget."""
     t0 = time.monotonic()
-    sched = LocalScheduler(config, (config.device,), lookahead=lookahead)
+    sched = LocalScheduler(config, (config.device,), lookahead=lookahead, cpu_workers=cpu_workers)
     futures = [(task, cand, sched.submit(task, cand)) for task, cand in work]
     rows = []
     for task, cand, fut in futures:
@@ -203,7 +202,8 @@ def main():
     ap.add_argument("--budget-s", type=float, default=100.0, help="start no candidate after this long, per run (s)")
     ap.add_argument("--sets", default="python,mixed")
     ap.add_argument("--modes", default="serial,pipelined")
-    ap.add_argument("--lookahead", type=int, default=3)
+    ap.add_argument("--lookahead", type=int, default=3, help="prepared jobs waiting for the GPU, at most")
+    ap.add_argument("--cpu-workers", type=int, default=None, help="jobs prepared at once (default: the scheduler's)")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
     if not (args.kernelbench / "level1").is_dir():
@@ -215,7 +215,7 @@ def main():
         for mode in args.modes.split(","):
             config = EvalConfig(device=args.device, cache_dir=tempfile.mkdtemp(prefix=f"kernelrl-tp-{mode}-"))
             r = serial(config, work, args.budget_s) if mode == "serial" else \
-                pipelined(config, work, args.budget_s, args.lookahead)
+                pipelined(config, work, args.budget_s, args.lookahead, args.cpu_workers)
             runs.append({"set": which, "mode": mode, "lookahead": args.lookahead if mode != "serial" else None,
                          "jobs": len(work), **r})
             print(json.dumps({k: v for k, v in runs[-1].items() if k not in ("rows", "scheduler")}), flush=True)
