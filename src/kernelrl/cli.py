@@ -6,6 +6,7 @@ from pathlib import Path
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from kernelrl.task import POLICY_HELP
@@ -18,7 +19,7 @@ out = Console()
 
 def fail(message: str, code: int = 2):
     """Print a one-line error a user can act on, and exit non-zero."""
-    err.print(f"[bold red]error:[/] {message}", highlight=False)
+    err.print(f"[bold red]error:[/] {escape(message)}", highlight=False)  # messages may hold [brackets]
     raise typer.Exit(code)
 
 

@@ -10,11 +10,13 @@ from typing import List, Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from kernelrl.bench.metrics import FAST_P, Summary
 from kernelrl.bench.result import BASELINES, TaskResult
+from kernelrl.scale import RAY_HELP
 from kernelrl.task import POLICY_HELP
 
 err = Console(stderr=True, width=max(Console(stderr=True).width, 132))
@@ -51,6 +53,8 @@ def bench_command(
                                                         "run only the rest (the report covers both)"),
     time_limit: Optional[float] = typer.Option(None, help="start no task after this many seconds (finish with "
                                                           "--resume)"),
+    ray: Optional[str] = typer.Option(None, "--ray", help=RAY_HELP + "; --device is then ignored and reference "
+                                                                     "timings are not cached"),
 ):
     """Evaluate every task's candidate and report fast_p, speedups and status counts, per level and overall."""
     from kernelrl.bench.baselines import BaselineCache, device_name
@@ -59,6 +63,7 @@ def bench_command(
     from kernelrl.bench.runner import BenchConfig, run_suite
     from kernelrl.bench.suite import SuiteError, discover, select_levels
     from kernelrl.evaluate import EvalConfig, EvaluationError, check_device
+    from kernelrl.scale.ray_backend import RayUnavailable  # imports Ray only when a RayScheduler is made
     from kernelrl.task import check_policy
 
     if baseline not in BASELINES:
@@ -73,9 +78,9 @@ def bench_command(
         check_policy(policy)
     except ValueError as e:
         _fail(f"--{e}")
-    devices = _devices(device)
+    devices = _devices(device) if ray is None else (f"ray:{ray}",)
     try:
-        for d in devices:
+        for d in devices if ray is None else ():
             check_device(d)
         whole = discover(tasks_dir, candidates)
         suite = select_levels(whole, level) if level else whole
@@ -97,7 +102,7 @@ def bench_command(
         err.print(f"resuming: {len(suite.tasks) - len(todo)} of {len(suite.tasks)} tasks already finished in "
                   f"{log.path}", highlight=False)
     config = BenchConfig(devices=devices, baseline=baseline, eval=eval_cfg, time_references=references,
-                         compiled_references=compiled_references, use_cache=not fresh)
+                         compiled_references=compiled_references, use_cache=not fresh, ray=ray)
     cache = BaselineCache(eval_cfg.cache_path / "bench" / "baselines.sqlite")
     with Progress(TextColumn("[bold]bench[/]"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   TextColumn("{task.fields[load]}"), TextColumn("{task.description}"), console=err,
@@ -114,7 +119,7 @@ def bench_command(
             fresh_results = run_suite(replace(suite, tasks=tuple(todo)), config, cache, on_result=advance,
                                       deadline=deadline,
                                       on_stats=lambda s: progress.update(bar, load=scheduler_line(s)))
-        except EvaluationError as e:
+        except (EvaluationError, RayUnavailable) as e:
             _fail(str(e))
     if len(fresh_results) < len(todo):
         err.print(f"[yellow]time limit:[/] {len(todo) - len(fresh_results)} tasks not started; run again with "
@@ -124,7 +129,8 @@ def bench_command(
     results = [new.get(st.name) or done.get(keys[st.name]) for st in whole.tasks]
     results = [r for r in results if r is not None]
     summary = summary_dict(results, baseline, devices=devices, suite=str(tasks_dir),
-                           device_names=tuple(dict.fromkeys(device_name(d) for d in devices)), policy=policy,
+                           device_names=tuple(dict.fromkeys(device_name(d) for d in devices)) if ray is None
+                           else (f"Ray cluster {ray}",), policy=policy,
                            skipped=whole.skipped)
     print_summary(summary, console=err if json_out else Console(width=max(Console().width, 132)))
     if out is not None:
@@ -172,5 +178,5 @@ def _speed(v: float | None, plain: bool = False) -> str:
 
 
 def _fail(message: str, code: int = 2):
-    err.print(f"[bold red]error:[/] {message}", highlight=False)
+    err.print(f"[bold red]error:[/] {escape(message)}", highlight=False)  # messages may hold [brackets]
     raise typer.Exit(code)

@@ -1,4 +1,5 @@
-"""Running a suite on a LocalScheduler: tasks submitted ahead, each device's GPU stage fed by the CPU stage."""
+"""Running a suite on a scheduler (LocalScheduler, or RayScheduler with `ray`): tasks submitted ahead, each
+device's GPU stage fed by the CPU stage."""
 from __future__ import annotations
 
 import threading
@@ -26,6 +27,7 @@ class BenchConfig:
     compiled_references: bool = False    # time torch.compile'd references (always when baseline is compile)
     use_cache: bool = True               # reuse cached reference timings
     lookahead: int = 3                   # jobs prepared (workers started, builds done) ahead of each device
+    ray: str | None = None               # "auto" or a Ray cluster's address: its GPUs instead of `devices`
 
     def __post_init__(self):
         if self.baseline not in BASELINES:
@@ -38,23 +40,27 @@ def run_suite(suite: Suite, config: BenchConfig, cache: BaselineCache | None = N
               on_result: Callable[[TaskResult], None] | None = None,
               deadline: float | None = None,
               on_stats: Callable[[SchedulerStats], None] | None = None) -> list[TaskResult]:
-    """Evaluate every task's candidate on a LocalScheduler over `config.devices`; results in suite order.
+    """Evaluate every task's candidate on a LocalScheduler over `config.devices` (with `config.ray`, on a Ray
+    cluster's GPUs, reference timings uncached); results in suite order.
 
     Tasks are handed out in suite order to more threads than devices, so the next jobs' workers and builds are
     ready before a device is free; `on_result` (then `on_stats`) is called as each result comes. With a
     `deadline` (a time.monotonic() value), tasks not started by then are left out of the results. Raises
     EvaluationError before any work starts when a device is unavailable.
     """
-    from kernelrl.scale.local import LocalScheduler
+    from kernelrl.scale import make_scheduler
 
-    for d in config.devices:
-        check_device(d)
+    if config.ray:
+        cache = None  # the cluster's GPUs time the references, not this machine's devices the cache is keyed by
+    else:
+        for d in config.devices:
+            check_device(d)
     results: dict[int, TaskResult] = {}
     lock = threading.Lock()
     todo = iter(enumerate(suite.tasks))
-    with LocalScheduler(config.eval, config.devices, lookahead=config.lookahead) as scheduler:
+    with make_scheduler(config.eval, config.devices, ray=config.ray, lookahead=config.lookahead) as scheduler:
         ev = _Scheduled(scheduler, config)
-        env = environment_key(config.devices[0], config.eval)
+        env = environment_key(config.devices[0], config.eval) if not config.ray else ""  # no cache with Ray
 
         def work():
             while deadline is None or time.monotonic() < deadline:
@@ -71,7 +77,8 @@ def run_suite(suite: Suite, config: BenchConfig, cache: BaselineCache | None = N
                         on_stats(scheduler.stats())
 
         threads = [threading.Thread(target=work, name=f"bench-{i}", daemon=True)
-                   for i in range((config.lookahead + 1) * len(config.devices))]
+                   for i in range(scheduler.capacity if config.ray else
+                                  (config.lookahead + 1) * len(config.devices))]
         for t in threads:
             t.start()
         for t in threads:

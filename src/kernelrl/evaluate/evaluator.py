@@ -94,7 +94,15 @@ def worker_cpus(device: torch.device, per_device: int = 2) -> list[int] | None:
         cpulist = Path(f"/sys/bus/pci/devices/{pci}/local_cpulist").read_text()
     except (AttributeError, OSError):
         pass
-    return pick_cores(os.sched_getaffinity(0), cpulist, device.index or 0, per_device)
+    return pick_cores(os.sched_getaffinity(0), cpulist, host_index(device), per_device)
+
+
+def host_index(device: torch.device) -> int:
+    """The GPU's ordinal on the host: `device.index` mapped through CUDA_VISIBLE_DEVICES (a Ray actor sees its one
+    GPU as cuda:0), so evaluators of different GPUs time on different cores."""
+    index = device.index or 0
+    visible = [v.strip() for v in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if v.strip()]
+    return int(visible[index]) if index < len(visible) and visible[index].isdigit() else index
 
 
 def pick_cores(allowed, cpulist: str, index: int, per_device: int = 2) -> list[int] | None:

@@ -47,6 +47,20 @@ class Scheduler(Protocol):
         ...
 
 
+class ScheduledEvaluator:
+    """An Evaluator's `evaluate` answered by a scheduler: each call submits one job and waits for its Verdict."""
+
+    def __init__(self, scheduler: Scheduler, policy: str | None = None):
+        self.scheduler, self.policy = scheduler, policy
+
+    def evaluate(self, task: Task, candidate: Candidate) -> Verdict:
+        return self.scheduler.submit(task, candidate, self.policy).result()
+
+
+RAY_HELP = ('judge on a Ray cluster, one evaluator per GPU: "auto" (the cluster this machine is in, else a new '
+            'local one) or the head\'s address (host:6379, ray://host:10001); needs pip install "kernelrl[ray]"')
+
+
 def make_scheduler(config, devices=("cpu",), ray: str | None = None, **kw) -> Scheduler:
     """A LocalScheduler on this machine's `devices`; with `ray` ("auto" or a cluster address) a RayScheduler on
     the cluster's GPUs (RayUnavailable, naming `pip install "kernelrl[ray]"`, where Ray is not installed)."""

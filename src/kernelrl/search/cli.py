@@ -13,12 +13,15 @@ from typing import List, Optional
 import typer
 from rich.console import Console, Group
 from rich.live import Live
+from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
 from kernelrl.search.llm import Budget, LLMClient, LLMConfig, LLMError
 from kernelrl.search.loop import Loop, LoopConfig, LoopError, Snapshot
 from kernelrl.search.report import write_report
+from kernelrl.scale import RAY_HELP
+from kernelrl.scale.ray_backend import RayUnavailable  # imports Ray only when a RayScheduler is made
 from kernelrl.search.store import Store, StoreError
 from kernelrl.task import POLICY_HELP, Task, TaskError
 
@@ -79,6 +82,7 @@ def optimize_command(
     policy: Optional[str] = typer.Option(None, "--policy", help=POLICY_HELP + " (default: the config's [eval] "
                                                                 "policy, else strict)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No live display; log lines only."),
+    ray: Optional[str] = typer.Option(None, "--ray", help=RAY_HELP + " (--device is then ignored)."),
 ):
     """Make TASK faster: seed with non-LLM rewrites, then ask an LLM for faster variants, showing it earlier
     variants with their measured speedups; every candidate is judged by the evaluator."""
@@ -87,9 +91,9 @@ def optimize_command(
         code = _optimize(console, task, device, model, iterations, budget, out, base_url, api_key_env, concurrency,
                          proposers, exemplars, strategy, target, price_in, price_out, temperature, max_tokens,
                          max_completion_tokens, reasoning_effort, stream, timeout, target_speedup, patience,
-                         time_limit, seed, config, quiet, review_speedup, lookahead, policy=policy)
-    except (TaskError, StoreError, LLMError, LoopError, ValueError) as e:
-        console.print(f"[red]error:[/red] {e}")
+                         time_limit, seed, config, quiet, review_speedup, lookahead, policy=policy, ray=ray)
+    except (TaskError, StoreError, LLMError, LoopError, ValueError, RayUnavailable) as e:
+        console.print(f"[red]error:[/red] {escape(str(e))}")
         raise typer.Exit(1)
     raise typer.Exit(code)
 
@@ -97,12 +101,13 @@ def optimize_command(
 def _optimize(console, task_path, devices, model, iterations, budget, out, base_url, api_key_env, concurrency,
               proposers, exemplars, strategy, target, price_in, price_out, temperature, max_tokens,
               max_completion_tokens, reasoning_effort, stream, timeout, target_speedup, patience, time_limit, seed,
-              config_path, quiet, review_speedup=None, lookahead=None, policy=None) -> int:
+              config_path, quiet, review_speedup=None, lookahead=None, policy=None, ray=None) -> int:
     from kernelrl.evaluate import EvalConfig, Evaluator
+    from kernelrl.scale import ScheduledEvaluator, make_scheduler
 
     file_cfg = _read_config(config_path)
     task = Task.from_file(task_path)
-    devices = _expand_devices(devices)
+    devices = _expand_devices(devices) if ray is None else ["cpu"]  # with Ray, the cluster's devices judge
     out = out or Path("runs") / task.name
 
     llm_d = dict(file_cfg.get("llm", {}))
@@ -141,7 +146,13 @@ def _optimize(console, task_path, devices, model, iterations, budget, out, base_
         if llm_d.get("model"):
             llm = LLMClient(LLMConfig.from_dict(llm_d), Budget(budget_usd, spent_usd=store.spent_usd()))
             stack.callback(llm.close)
-        evaluators = {cfg.device: stack.enter_context(Evaluator(cfg)) for cfg in eval_cfgs}
+        if ray is None:
+            evaluators = {cfg.device: stack.enter_context(Evaluator(cfg)) for cfg in eval_cfgs}
+        else:  # one loop worker per job the cluster holds at once, all submitting to its scheduler
+            scheduler = stack.enter_context(make_scheduler(eval_cfgs[0], ray=ray))
+            evaluators = {f"{scheduler.device_kind}@ray#{i}": ScheduledEvaluator(scheduler)
+                          for i in range(scheduler.capacity)}
+            devices = [f"Ray cluster {ray} ({scheduler.capacity} jobs at once)"]
         live = not quiet and console.is_terminal
         loop = Loop(task, store, evaluators, llm=llm, config=loop_cfg,
                     on_event=None if live else (lambda line: console.print(line, markup=False, highlight=False)))

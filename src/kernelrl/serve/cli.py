@@ -11,6 +11,9 @@ from typing import List, Optional
 import typer
 import uvicorn  # the `serve` extra: imported here so `kernelrl serve` without it names the extra to install
 
+from kernelrl.scale import RAY_HELP
+from kernelrl.scale.ray_backend import RayUnavailable  # imports Ray only when a RayScheduler is made
+
 TOKEN_ENV = "KERNELRL_API_TOKEN"
 
 
@@ -32,6 +35,7 @@ def serve_command(
     precision: float = typer.Option(0.004, help="target relative standard error of the speedup (0: fixed rounds)"),
     timeout: float = typer.Option(300.0, help="seconds for one whole evaluation, build included"),
     report_every: float = typer.Option(60.0, help="seconds between progress lines on the console"),
+    ray: Optional[str] = typer.Option(None, "--ray", help=RAY_HELP + " (instead of --device)"),
 ):
     """Serve rewards over HTTP. This service runs untrusted code (the candidates it is sent) on this machine:
     it listens on 127.0.0.1 unless told otherwise, and refuses any other address unless $KERNELRL_API_TOKEN is
@@ -60,22 +64,28 @@ def serve_command(
     except (ValueError, TaskError, JobStoreError) as e:
         fail(str(e))
     try:
-        service = _service(jobs, config, tuple(device), tasks, window or 8 * len(device))
-    except EvaluationError as e:
+        service = _service(jobs, config, tuple(device), tasks, window or (8 * len(device) if ray is None else 0),
+                           ray=ray)
+    except (EvaluationError, RayUnavailable) as e:
         jobs.close()
         fail(str(e))
     run(service, host, port, token, max_body, report_every, db)
 
 
-def _service(jobs, config, devices: tuple[str, ...], tasks: dict, window: int):
-    """The Service over a scheduler for `devices` (the place where a Ray cluster would be chosen instead)."""
+def _service(jobs, config, devices: tuple[str, ...], tasks: dict, window: int, ray: str | None = None):
+    """The Service over a scheduler for `devices`, or for the GPUs of the Ray cluster `ray` names."""
     from kernelrl.evaluate.evaluator import toolchain_key
     from kernelrl.scale import make_scheduler
     from kernelrl.serve.service import Service, context_key
 
     settings = {k: v for k, v in config.to_dict().items() if k not in ("device", "cache_dir", "policy")}
-    context = context_key(device_kind(devices), toolchain_key(), settings)
-    scheduler = make_scheduler(config, devices)
+    scheduler = make_scheduler(config, devices, ray=ray)
+    if ray is None:
+        kind = device_kind(devices)
+    else:  # verdicts come from the cluster's devices: stored answers are keyed by their hardware
+        kind = ",".join(scheduler.device_names()) or scheduler.device_kind
+        devices, window = (f"{scheduler.device_kind}@ray",), window or 4 * scheduler.capacity
+    context = context_key(kind, toolchain_key(), settings)
     return Service(jobs, scheduler, context=context, devices=devices, suite=tasks,
                    default_policy=config.policy, window=window)
 

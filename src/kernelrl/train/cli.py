@@ -8,6 +8,7 @@ from typing import Optional
 
 import typer
 
+from kernelrl.scale import RAY_HELP
 from kernelrl.task import POLICY_HELP
 from kernelrl.train.config import ConfigError, TrainConfig, smoke_config
 
@@ -21,6 +22,7 @@ def train_command(
                                           "instead of local evaluators (token from $KERNELRL_API_TOKEN)."),
     policy: Optional[str] = typer.Option(None, "--policy", help="the reward's " + POLICY_HELP + " (default: the "
                                          "config's evaluator.eval policy, else strict)."),
+    ray: Optional[str] = typer.Option(None, "--ray", help=RAY_HELP + " (instead of evaluator.devices)."),
 ) -> None:
     """Train a kernel-writing policy: SFT, self-training, then contrastive RL with the evaluator as reward."""
     if (config is None) == (not smoke):
@@ -34,6 +36,8 @@ def train_command(
                 cfg = cfg.with_(out=str(out))
         if service:
             cfg = cfg.with_(evaluator=replace(cfg.evaluator, service=service))
+        if ray:
+            cfg = cfg.with_(evaluator=replace(cfg.evaluator, ray=ray))
         if policy is not None:
             cfg = cfg.with_(evaluator=replace(cfg.evaluator, eval=dict(cfg.evaluator.eval, policy=policy)))
     except ConfigError as e:
@@ -91,14 +95,15 @@ def _user_errors() -> tuple[type[Exception], ...]:
     """Errors that come from the user's input or machine, each with a message saying what to do."""
     from kernelrl.client import ServiceError
     from kernelrl.evaluate.evaluator import EvaluationError
+    from kernelrl.scale.ray_backend import RayUnavailable
     from kernelrl.search.store import StoreError
     from kernelrl.task import TaskError
     from kernelrl.train.checkpoints import StateError
     from kernelrl.train.model import ModelError
     from kernelrl.train.sft import StageError
 
-    return (ConfigError, EvaluationError, FileNotFoundError, ModelError, ServiceError, StageError, StateError,
-            StoreError, TaskError)
+    return (ConfigError, EvaluationError, FileNotFoundError, ModelError, RayUnavailable, ServiceError, StageError,
+            StateError, StoreError, TaskError)
 
 
 app = typer.Typer(add_completion=False)

@@ -119,11 +119,13 @@ class RLSettings:
 class EvaluatorSettings:
     """The reward: one Evaluator per device; `eval` overrides EvalConfig fields (e.g. timing_rounds). With
     `service` (a `kernelrl serve` URL; token from $KERNELRL_API_TOKEN) that service judges instead, under its
-    own devices and settings."""
+    own devices and settings. With `ray` ("auto" or a cluster's address) one evaluator per GPU of that Ray
+    cluster judges, with these `eval` settings."""
 
     devices: tuple[str, ...] = ("cpu",)
     eval: dict = field(default_factory=dict)
     service: str = ""
+    ray: str = ""
 
 
 @dataclass(frozen=True)

@@ -63,8 +63,11 @@ def run(cfg: TrainConfig, say: Callable[[str], None] = print) -> TrainSummary:
     ran, skipped, stage_seconds = [], [], {}
     model_name = cfg.model.path or "tiny"
     try:
-        scheduler, device = _service(cfg.evaluator.service, say) if cfg.evaluator.service else (
-            None, cfg.evaluator.devices[0])
+        scheduler, device = None, cfg.evaluator.devices[0]
+        if cfg.evaluator.service:
+            scheduler, device = _service(cfg.evaluator.service, say)
+        elif cfg.evaluator.ray:
+            scheduler, device = _ray(cfg.evaluator, say)
         with RewardPool(store, cfg.evaluator.devices, cfg.evaluator.eval, proposer="train",
                         model=model_name, scheduler=scheduler) as pool:
             seeded = seed_store(store, tasks, pool, cfg.tasks, device)
@@ -151,6 +154,17 @@ def _service(url: str, say: Callable[[str], None]):
     devices = client.health().get("devices") or ["cpu"]
     say(f"rewards from the service at {url} (devices {', '.join(devices)})")
     return RemoteScheduler(client), devices[0]
+
+
+def _ray(settings, say: Callable[[str], None]):
+    """A RayScheduler on the cluster `settings.ray` names, and the kind of device it judges on."""
+    from kernelrl.evaluate.config import EvalConfig
+    from kernelrl.scale import make_scheduler
+
+    scheduler = make_scheduler(EvalConfig().with_(**settings.eval), ray=settings.ray)
+    say(f"rewards from the Ray cluster {settings.ray} ({scheduler.capacity} jobs at once on "
+        f"{scheduler.device_kind})")
+    return scheduler, scheduler.device_kind
 
 
 def _to_policy_device(model, cfg: TrainConfig):
