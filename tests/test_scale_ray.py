@@ -187,3 +187,13 @@ def test_an_actors_gpu_is_named_by_its_host_ordinal_for_core_picking(monkeypatch
     assert [host_index(torch.device("cuda", i)) for i in (0, 1)] == [2, 5]
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
     assert host_index(torch.device("cuda", 1)) == 1
+
+
+def test_builds_keep_off_the_timing_cores_of_gpus_hidden_from_the_actor():
+    from kernelrl.evaluate.evaluator import pick_cores, timing_cores
+
+    allowed = set(range(16))
+    lists = ["0-7\n", "0-7\n", "8-15\n"]  # two GPUs on the first NUMA node, one on the second
+    assert timing_cores(allowed, lists) == {0, 1, 2, 3, 12, 13}  # pick_cores offsets by the host ordinal
+    # the actor of GPU 1 (its only visible device, cuda:0) times where timing_cores says GPU 1 does
+    assert set(pick_cores(allowed, lists[1], 1)) <= timing_cores(allowed, lists)

@@ -129,8 +129,32 @@ def build_cpus(device: torch.device, per_device: int = 2) -> list[int] | None:
     timing = set()
     for i in range(torch.cuda.device_count()):
         timing |= set(worker_cpus(torch.device("cuda", i), per_device) or ())
+    hidden = host_gpu_cpulists()
+    if len(hidden) > torch.cuda.device_count():  # GPUs CUDA_VISIBLE_DEVICES hides (other Ray actors') time too
+        timing |= timing_cores(os.sched_getaffinity(0), hidden, per_device)
     rest = sorted(set(os.sched_getaffinity(0)) - timing)
     return rest if timing and rest else None
+
+
+def host_gpu_cpulists() -> list[str]:
+    """The local cpulist of each of the host's NVIDIA GPUs in PCI order, the ones CUDA_VISIBLE_DEVICES hides
+    included; [] where the driver does not list them."""
+    try:
+        buses = sorted(os.listdir("/proc/driver/nvidia/gpus"))
+    except OSError:
+        return []
+    lists = []
+    for bus in buses:
+        try:
+            lists.append(Path(f"/sys/bus/pci/devices/{bus.lower()}/local_cpulist").read_text())
+        except OSError:
+            lists.append("")
+    return lists
+
+
+def timing_cores(allowed, cpulists: list[str], per_device: int = 2) -> set[int]:
+    """The cores `pick_cores` sets aside for timing on each GPU of the host, given their local `cpulists`."""
+    return set().union(*(pick_cores(allowed, c, i, per_device) or () for i, c in enumerate(cpulists)))
 
 
 def _relative_stderr(ratios: list[float]) -> float:
