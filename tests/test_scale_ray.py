@@ -31,7 +31,7 @@ def cluster():
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("OMP_NUM_THREADS", "1")  # workers on 2 shared cores: no thread pools waiting on each other
         # Three logical CPUs on the 2 cores: the shared scheduler's two actors and one more for the closing test.
-        ray.init(num_cpus=3, include_dashboard=False, log_to_driver=False)
+        ray.init(num_cpus=3, num_gpus=0, include_dashboard=False, log_to_driver=False)  # CPU "devices" anywhere
         yield
         ray.shutdown()
 
@@ -197,3 +197,25 @@ def test_builds_keep_off_the_timing_cores_of_gpus_hidden_from_the_actor():
     assert timing_cores(allowed, lists) == {0, 1, 2, 3, 12, 13}  # pick_cores offsets by the host ordinal
     # the actor of GPU 1 (its only visible device, cuda:0) times where timing_cores says GPU 1 does
     assert set(pick_cores(allowed, lists[1], 1)) <= timing_cores(allowed, lists)
+
+
+@pytest.mark.gpu
+def test_a_gpu_actor_judges_cuda_candidates_and_goes_on_after_an_illegal_address(tmp_path):
+    r = _run("""
+        import json, sys
+        from kernelrl.evaluate import EvalConfig
+        from kernelrl.scale.ray_backend import RayScheduler
+        from kernelrl.task import Candidate, Task
+
+        data = "tests/data/eval_gpu/"
+        with RayScheduler(EvalConfig(cache_dir=sys.argv[1]), init_kwargs={"include_dashboard": False}) as s:
+            task = Task.from_file(data + "softmax_rows.py")
+            names = ("softmax_illegal", "softmax_cuda", "softmax_triton")
+            futures = [s.submit(task, Candidate.from_file(data + n + ".py")) for n in names]
+            print(json.dumps({"statuses": [f.result(timeout=900).status for f in futures],
+                              "kind": s.device_kind, "busy": list(s.stats().device_busy)}))
+        """, str(tmp_path))
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    assert out["statuses"] == ["runtime_error", "ok", "ok"]
+    assert out["kind"] == "cuda" and all("/cuda:" in name for name in out["busy"])
