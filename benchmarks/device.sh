@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call: install the carried wheels, then run the named steps; everything lands in $OUT/results.tgz.
 # Usage on the GPU machine:  STEP_S=150 bash benchmarks/device.sh STEP [STEP ...]
-#   steps: sanity confine gputests eval suite optimize train serve gemm
+#   steps: sanity confine gputests eval suite optimize train serve scaling gemm
 #   SUITE_ONLY=level1/a,level2/b limits the suite step; STEP_S bounds each step (seconds); TESTS names the test
 #   files (or node ids) of the gputests step. On a machine with several GPUs, run copies side by side, one per
 #   GPU: CUDA_VISIBLE_DEVICES=1 LANE=b bash benchmarks/device.sh gputests &  (LANE keeps their logs apart).
@@ -34,6 +34,8 @@ for step in "$@"; do
                 2>&1 | tail -20;;
     train) timeout "$STEP_S" python3 benchmarks/train_device.py "$RES/train" 2>&1 | tail -20;;
     serve) timeout "$STEP_S" python3 benchmarks/serve_spread.py "$RES/serve_spread" --repeats 5 2>&1 | tail -30;;
+    scaling) timeout "$STEP_S" python3 benchmarks/eval_scaling.py "${KERNELBENCH:-../shared/kernelbench}" \
+               "$RES/eval_scaling" --gpus 1,2 --budget-s $(( (STEP_S - 120) / 2 )) 2>&1 | tail -10;;
     gemm) timeout "$STEP_S" python3 benchmarks/gemm_device.py --deadline $((STEP_S - 30)) --skip-smoke 2>&1 | tail -20
           cp "$OUT"/gemm_* "$RES"/ 2>/dev/null;;
     *) echo "unknown step $step";;

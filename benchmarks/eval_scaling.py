@@ -1,7 +1,7 @@
 """Scaling over the GPUs of one host through Ray: the same KernelBench identity candidates judged by a RayScheduler
 on 1 GPU, then on 2 (or as `--gpus` says); candidates per hour on each and the ratio to one GPU (goal: >= 1.8x).
 
-Usage: python benchmarks/eval_scaling.py KERNELBENCH_DIR OUT_DIR [--gpus 1,2] [--limit 64] [--budget-s 200]
+Usage: python benchmarks/eval_scaling.py KERNELBENCH_DIR OUT_DIR [--gpus 1,2] [--limit 96] [--budget-s 200]
                                          [--lookahead 2] [--seed 0]
 KERNELBENCH_DIR holds level1/ and level2/ (on the GPU machine: ../shared/kernelbench). Each run starts its own
 local Ray instance with that many GPUs and an empty build cache, submits every job at once, and counts the verdicts
@@ -61,7 +61,7 @@ def main():
     ap.add_argument("kernelbench", type=Path)
     ap.add_argument("out", type=Path)
     ap.add_argument("--gpus", default="1,2", help="GPU counts to run on, in order")
-    ap.add_argument("--limit", type=int, default=64, help="level 1 and 2 tasks drawn (identity candidates)")
+    ap.add_argument("--limit", type=int, default=96, help="level 1 and 2 tasks drawn (identity candidates)")
     ap.add_argument("--budget-s", type=float, default=200.0, help="verdicts counted until this long, per run (s)")
     ap.add_argument("--lookahead", type=int, default=2, help="jobs prepared ahead of each GPU")
     ap.add_argument("--seed", type=int, default=0)
