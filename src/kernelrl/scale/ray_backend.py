@@ -124,6 +124,8 @@ class RayScheduler:
 
     def __init__(self, config: EvalConfig, address: str = "auto", cpu_evaluators: int | None = None,
                  max_attempts: int = 3, lookahead: int = 2, init_kwargs: dict | None = None):
+        if lookahead < 1 or max_attempts < 1:
+            raise ValueError(f"lookahead and max_attempts must be at least 1, not {lookahead} and {max_attempts}")
         ray = self._ray = import_ray()
         self.config = config
         self._started_ray = False
@@ -249,12 +251,9 @@ class RayScheduler:
             pass
         failed = slot.failed_starts + 1 if failed_start else 0
         if failed >= _MAX_FAILED_STARTS:  # e.g. the device is missing: retrying would spin forever
+            log.error("evaluator #%d given up: %s", slot.index, why)
             with self._lock:
                 slot.gone, slot.ready = True, False
-                if all(s.gone for s in self._slots):
-                    error = RuntimeError(f"no evaluator actor could start on the Ray cluster: {why}")
-                    while self._pending:
-                        self._resolve(self._pending.popleft(), error=error)
             return
         fresh = self._start_actor(slot.index, failed)
         with self._lock:
@@ -262,11 +261,29 @@ class RayScheduler:
 
     # -- the dispatcher thread ----------------------------------------------------------------------------
     def _dispatch(self) -> None:
+        try:
+            self._dispatch_loop()
+        except Exception as e:  # noqa: BLE001 - e.g. Ray shut down under us: no Future may wait forever
+            log.exception("the Ray dispatcher stopped")
+            with self._lock:
+                self._closed = True
+                jobs = list(self._pending) + [j for s in self._slots for j in s.inflight.values()]
+                self._pending.clear()
+                for slot in self._slots:
+                    slot.inflight.clear()
+            for job in jobs:
+                self._resolve(job, error=RuntimeError(f"the Ray scheduler stopped: {_first_line(e)}"))
+
+    def _dispatch_loop(self) -> None:
         ray = self._ray
         while True:
             with self._lock:
                 if self._closed:
                     return
+                if self._pending and all(s.gone for s in self._slots):
+                    error = RuntimeError("no evaluator actor could start on the Ray cluster")
+                    while self._pending:
+                        self._resolve(self._pending.popleft(), error=error)
                 self._assign()
                 owner = {}
                 for slot in self._slots:
