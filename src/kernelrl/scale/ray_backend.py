@@ -5,10 +5,10 @@ kernelrl without `--ray` neither needs nor starts it. Every node needs kernelrl 
 
 Each actor runs a `LocalScheduler` on its one device (the GPU Ray gave it, or the CPU on clusters without GPUs):
 the evaluator's sandboxed workers, and so the builds they run ahead of the device, stay on that node, where the
-build cache is. One dispatcher thread in the
-caller's process hands jobs to idle actors and collects their verdicts. When an actor, its process or its node
-dies, the jobs it held go back to the front of the queue (`stats().retried` counts them) and a fresh actor
-replaces it; only the tracked call of a live actor resolves a job's Future, so a verdict is never counted twice.
+build cache is. One dispatcher thread in the caller's process hands jobs to actors with room and collects their
+verdicts. When an actor, its process or its node dies, the jobs it held go back to the front of the queue
+(`stats().retried` counts them) and a fresh actor replaces it; only the tracked call of a live actor resolves a
+job's Future, so a verdict is never counted twice.
 """
 from __future__ import annotations
 
