@@ -422,10 +422,10 @@ class Store:
         return _record(row)
 
     def _tx(self):
-        return _Transaction(self._db)
+        return Transaction(self._db)
 
 
-class _Transaction:
+class Transaction:
     def __init__(self, db: sqlite3.Connection):
         self.db = db
 

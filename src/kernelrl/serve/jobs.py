@@ -16,7 +16,7 @@ import uuid
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from kernelrl.search.store import _Transaction as Transaction  # BEGIN IMMEDIATE … COMMIT, as the search store
+from kernelrl.search.store import Transaction  # BEGIN IMMEDIATE … COMMIT, as the search store
 from kernelrl.task import Candidate, Task
 from kernelrl.verdict import Verdict
 
