@@ -5,6 +5,10 @@ reference's flops or the inputs it reads: a correct program may do less arithmet
 (`torch.diag(a) @ b` as `a[:, None] * b`) or read less of its inputs (only a diagonal). Bandwidth is measured on
 this machine (CPU) or taken from the device's datasheet (CUDA). A candidate timed under the floor did not do the
 work inside the timed region, whatever its code looks like.
+
+The floor needs an upper bound on bandwidth, and a measurement is only a lower bound: on a loaded machine a copy
+can run a hundred times slower than the memory allows. So the CPU figure is never below `CPU_BANDWIDTH_AT_LEAST`,
+which no honest program's writes can beat by the floor's headroom; a slow measurement only makes the floor lower.
 """
 from __future__ import annotations
 
@@ -13,6 +17,10 @@ from dataclasses import asdict, dataclass
 
 # Memory bandwidth by device name (B/s, datasheet).
 _CUDA_BANDWIDTH = {"H200": 4.8e12, "H100": 3.35e12, "A100": 2.04e12, "L40": 0.864e12, "B200": 8.0e12}
+
+# The least CPU bandwidth the floor assumes (B/s): a desktop's DRAM; caches and many cores are covered by the
+# headroom and by the measurement, which scales with the thread count.
+CPU_BANDWIDTH_AT_LEAST = 50e9
 
 
 @dataclass(frozen=True)
@@ -40,7 +48,9 @@ def written_bytes(outputs, inputs=()) -> int:
 
 
 def cpu_peaks(seconds: float = 0.2) -> Peaks:
-    """Measured CPU bandwidth: the best large copy over ~`seconds`, in bytes read plus written per second."""
+    """CPU bandwidth: the best large copy over ~`seconds`, in bytes read plus written per second, and never below
+    `CPU_BANDWIDTH_AT_LEAST` (a loaded machine under-measures, and an under-measured bandwidth refuses honest
+    programs)."""
     import torch
 
     # One thread, scaled by the thread count: multi-threaded runs on a loaded machine under-measure badly.
@@ -56,7 +66,7 @@ def cpu_peaks(seconds: float = 0.2) -> Peaks:
             best_bw = max(best_bw, 2 * src.numel() * 4 / (time.perf_counter() - t0))
     finally:
         torch.set_num_threads(threads)
-    return Peaks(best_bw * threads)
+    return Peaks(max(best_bw * threads, CPU_BANDWIDTH_AT_LEAST))
 
 
 def cuda_peaks(device_name: str) -> Peaks | None:
