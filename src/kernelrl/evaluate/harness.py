@@ -56,6 +56,7 @@ class Harness:
             from kernelrl.evaluate.guards import l2
             self._l2 = l2
         self.fixed_inputs = set()
+        self._redraws_vary = {}  # input index -> whether a new draw of it gives new values
         self.precision0 = tamper.precision_flags(torch)
         # A candidate worker may start before its task is known (a spare): the task then comes with `load`.
         if "task_source" in init:
@@ -113,7 +114,20 @@ class Harness:
         """The task's inputs for `seed`, on this device; `dist="scaled"` or `scale` rescales float inputs."""
         torch = self.torch
         self._seed(seed)
-        xs = list(self.task.get_inputs())
+        self.drawn_on_device = False
+        if self.cuda:
+            # Made on the GPU: KernelBench's largest inputs (gigabytes) take seconds to draw on the host and
+            # milliseconds here. Both programs draw them the same way, so they see the same values.
+            try:
+                with torch.device(self.device):
+                    xs = list(self.task.get_inputs())
+                self.drawn_on_device = True
+            except Exception:  # a get_inputs that needs host tensors (numpy) draws on the host
+                self._seed(seed)
+                xs = list(self.task.get_inputs())
+        else:
+            xs = list(self.task.get_inputs())
+            self.drawn_on_device = True
         if dist == "scaled":
             scale = scale * random.Random(seed).uniform(0.5, 2.0)
         out = []
@@ -126,25 +140,37 @@ class Harness:
         return out
 
     def fresh(self, base: list, seed: int) -> list:
-        """Inputs for one timed call: every float input's elements reordered by a random affine permutation.
+        """Inputs for one timed call: every float input new to the program, from the task's own distribution.
 
-        The values keep the task's distribution but are new to the program, so no cache keyed on pointers,
-        shapes or values can answer, and no algebra (scaling, linearity) relates one call to another. An affine
-        map i -> (a*i + b) mod n with gcd(a, n) = 1 is a permutation that costs a few passes, even at 1e9 elements.
+        Where the task's inputs are drawn on the device, each float input is drawn again for `seed` (one pass
+        over its memory). Otherwise, or where a new draw has another shape or the same values, its elements are
+        reordered by a random affine permutation i -> (a*i + b) mod n with gcd(a, n) = 1 (a few passes, even at
+        1e9 elements).
+        Either way no cache keyed on pointers, shapes or values can answer, and no algebra (scaling, linearity)
+        relates one call to another. Other inputs (and the task's fixed inputs) stay as they are.
         """
         torch = self.torch
+        drawn = self.inputs(seed) if getattr(self, "drawn_on_device", False) else [None] * len(base)
         rng = random.Random(seed)
         out = []
-        for j, x in enumerate(base):
-            if isinstance(x, torch.Tensor) and x.is_floating_point() and j not in self.fixed_inputs and x.numel() > 1:
-                n = x.numel()
+        for j, (x, d) in enumerate(zip(base, drawn)):
+            if not (isinstance(x, torch.Tensor) and x.is_floating_point() and j not in self.fixed_inputs
+                    and x.numel() > 1):
+                out.append(x)
+                continue
+            if isinstance(d, torch.Tensor) and d.shape == x.shape and d.dtype == x.dtype and d.device == x.device:
+                if j not in self._redraws_vary:  # a task may draw the same values every time (torch.linspace)
+                    self._redraws_vary[j] = not torch.equal(d, x)
+                if self._redraws_vary[j]:
+                    out.append(d)
+                    continue
+            n = x.numel()
+            a = rng.randrange(1, n)
+            while math.gcd(a, n) != 1:
                 a = rng.randrange(1, n)
-                while math.gcd(a, n) != 1:
-                    a = rng.randrange(1, n)
-                idx = torch.arange(n, device=x.device, dtype=torch.int64).mul_(a).add_(rng.randrange(n)).remainder_(n)
-                x = x.reshape(-1)[idx].reshape(x.shape)
-                del idx
-            out.append(x)
+            idx = torch.arange(n, device=x.device, dtype=torch.int64).mul_(a).add_(rng.randrange(n)).remainder_(n)
+            out.append(x.reshape(-1)[idx].reshape(x.shape))
+            del idx
         return out
 
     def base_inputs(self, seed: int) -> list:

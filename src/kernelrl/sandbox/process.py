@@ -58,13 +58,16 @@ class Worker:
         self.scratch = Path(tempfile.mkdtemp(prefix="w-", dir=scratch_root))
         parent_sock, child_sock = socket.socketpair()
         self._log = open(self.scratch.parent / f"{self.scratch.name}.log", "w+b")
+        # Large replies' tensors come through this memory file rather than the socket (see `wire`).
+        self._spill = os.memfd_create("kernelrl-reply", os.MFD_CLOEXEC) if hasattr(os, "memfd_create") else None
         spec = {"entry": entry, "scratch": str(self.scratch), "writable": [str(p) for p in writable],
                 "confine": confine, "memory_bytes": memory_bytes, "init": init or {},
-                "affinity": list(affinity) if affinity else None}
+                "affinity": list(affinity) if affinity else None, "spill_fd": self._spill}
         cmd = [sys.executable, "-m", "kernelrl.sandbox.worker", str(child_sock.fileno()), json.dumps(spec)]
+        fds = (child_sock.fileno(),) + ((self._spill,) if self._spill is not None else ())
         self.proc = subprocess.Popen(
             cmd, cwd=self.scratch, env=worker_env(self.scratch, env), stdin=subprocess.DEVNULL,
-            stdout=self._log, stderr=subprocess.STDOUT, pass_fds=(child_sock.fileno(),), start_new_session=True)
+            stdout=self._log, stderr=subprocess.STDOUT, pass_fds=fds, start_new_session=True)
         child_sock.close()
         self.conn = Connection(parent_sock.detach())
         self.started = time.monotonic()
@@ -98,10 +101,13 @@ class Worker:
         except (EOFError, OSError):
             raise self._died()
         try:
-            return wire.decode(message)
+            return wire.decode(message, self._spill)
         except wire.WireError as e:
             self.kill()
             raise WorkerError("malformed", f"malformed reply from worker: {e}", self.stderr_tail())
+        finally:
+            if self._spill is not None:
+                os.ftruncate(self._spill, 0)  # the reply is read: give its memory back
 
     def _died(self) -> WorkerError:
         try:
@@ -158,6 +164,9 @@ class Worker:
         except OSError:
             pass
         self._log.close()
+        if self._spill is not None:
+            os.close(self._spill)
+            self._spill = None
         shutil.rmtree(self.scratch, ignore_errors=True)
         try:
             os.unlink(self._log.name)

@@ -66,6 +66,7 @@ def main(argv: list[str]) -> None:
     __import__(module)
     handler = getattr(sys.modules[module], cls)(spec.get("init", {}), applied, spec["scratch"])
     send_bytes = conn.send_bytes  # taken before any untrusted code can touch the class
+    spill = spec.get("spill_fd")
     while True:
         try:
             raw = conn.recv_bytes()
@@ -81,7 +82,7 @@ def main(argv: list[str]) -> None:
                                "message": f"{type(e).__name__}: {e}",
                                "traceback": traceback.format_exc()[-4000:]}, None
         try:
-            message = wire.encode(header, tensors)
+            message = wire.encode(header, tensors, spill)
         except Exception as e:
             message = wire.encode({"type": "error", "kind": "runtime_error",
                                    "message": f"cannot send result: {type(e).__name__}: {e}"})

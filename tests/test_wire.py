@@ -1,0 +1,84 @@
+"""The worker-to-parent message format: tensors inline or through the spill file, and malformed replies refused."""
+import json
+import os
+import struct
+
+import pytest
+import torch
+
+from kernelrl.evaluate.evaluator import HARNESS
+from kernelrl.sandbox import wire
+from kernelrl.sandbox.process import Worker
+
+needs_memfd = pytest.mark.skipif(not hasattr(os, "memfd_create"), reason="needs memfd_create (Linux)")
+
+
+@pytest.fixture
+def spill():
+    fd = os.memfd_create("test-spill")
+    yield fd
+    os.close(fd)
+
+
+def _tensors():
+    return {"f32": torch.randn(3, 5), "bf16": torch.randn(4).to(torch.bfloat16), "mask": torch.rand(7) > 0.5,
+            "c64": torch.randn(2, 2, dtype=torch.complex64), "scalar": torch.tensor(2.5, dtype=torch.float64),
+            "empty": torch.empty(0, 3), "idx": torch.arange(6, dtype=torch.int64).reshape(2, 3)}
+
+
+def _same(got: dict, sent: dict):
+    assert set(got) == set(sent)
+    for k, t in sent.items():
+        assert got[k].dtype == t.dtype and got[k].shape == t.shape and torch.equal(got[k], t), k
+
+
+def test_small_replies_travel_inline_even_with_a_spill_file(spill):
+    sent = _tensors()
+    header, got = wire.decode(wire.encode({"type": "x", "n": 1}, sent, spill), spill)
+    assert header == {"type": "x", "n": 1}
+    _same(got, sent)
+    assert os.fstat(spill).st_size == 0
+
+
+@needs_memfd
+def test_large_tensors_go_through_the_spill_file_and_the_message_carries_only_the_header(spill):
+    sent = {"big": torch.randn(1024, 1024), "half": torch.randn(512, 1024).half(), **_tensors()}
+    message = wire.encode({"type": "trial"}, sent, spill)
+    assert len(message) < 4096 < sum(t.numel() * t.element_size() for t in sent.values())
+    _, got = wire.decode(message, spill)
+    _same(got, sent)
+    got["big"].zero_()  # the parent owns what it decoded: writable, and neither the sender's memory nor the file's
+    assert sent["big"].abs().sum() > 0
+    _same(wire.decode(message, spill)[1], sent)
+
+
+@needs_memfd
+def test_a_spilled_reply_without_the_file_or_with_a_shortened_file_is_malformed(spill):
+    message = wire.encode({}, {"big": torch.randn(1 << 19)}, spill)
+    with pytest.raises(wire.WireError, match="spill file"):
+        wire.decode(message, None)
+    os.ftruncate(spill, 1000)  # a worker that shrinks the file after replying
+    with pytest.raises(wire.WireError, match="beyond the end of the spill file"):
+        wire.decode(message, spill)
+
+
+def test_a_tensor_entry_whose_bytes_do_not_fit_its_shape_is_malformed():
+    head = json.dumps({"_tensors": [{"name": "x", "dtype": "float32", "shape": [4], "offset": 0, "nbytes": 8}]})
+    message = struct.pack("<Q", len(head)) + head.encode() + bytes(16)
+    with pytest.raises(wire.WireError, match="8 bytes for shape"):
+        wire.decode(message)
+
+
+@needs_memfd
+def test_a_worker_returns_a_large_output_through_the_spill_file_and_its_memory_is_given_back(tmp_path):
+    task = ("import torch\nimport torch.nn as nn\n"
+            "class Model(nn.Module):\n    def forward(self, x):\n        return x * 2\n"
+            "def get_inputs():\n    return [torch.randn(1024, 1024)]\n"
+            "def get_init_inputs():\n    return []\n")
+    init = {"role": "reference", "device": "cpu", "seed": 7, "task_source": task}
+    with Worker(HARNESS, scratch_root=tmp_path, init=init) as w:
+        header, outs = w.request({"op": "trial", "seed": 11, "full": True}, 120)
+        assert header["type"] == "trial", header
+        torch.manual_seed(11)
+        assert torch.equal(outs["out0"], torch.randn(1024, 1024) * 2)
+        assert os.fstat(w._spill).st_size == 0  # truncated once read
