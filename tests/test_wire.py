@@ -82,3 +82,20 @@ def test_a_worker_returns_a_large_output_through_the_spill_file_and_its_memory_i
         torch.manual_seed(11)
         assert torch.equal(outs["out0"], torch.randn(1024, 1024) * 2)
         assert os.fstat(w._spill).st_size == 0  # truncated once read
+
+
+@needs_memfd
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_device_tensors_are_staged_through_pinned_memory_and_can_land_on_the_device(spill):
+    dev = torch.device("cuda:0")
+    sent = {"big": torch.randn(3000, 1001, device=dev), "bf16": torch.randn(700, 1000, device=dev).bfloat16(),
+            "mask": torch.rand(1 << 20, device=dev) > 0.5, "c64": torch.randn(300, 300, dtype=torch.complex64,
+                                                                              device=dev),
+            "strided": torch.randn(1000, 2000, device=dev).t()}
+    message = wire.encode({}, sent, spill)
+    for onto in (dev, None):
+        _, got = wire.decode(message, spill, onto)
+        for k, t in sent.items():
+            assert got[k].device.type == ("cuda" if onto is not None else "cpu"), k
+            assert got[k].dtype == t.dtype and got[k].shape == t.shape and torch.equal(got[k].cpu(), t.cpu()), k

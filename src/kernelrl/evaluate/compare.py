@@ -110,9 +110,15 @@ def compare_samples(out: torch.Tensor, ref: torch.Tensor, ref_scale: float, atol
     return bool((diff <= atol * ref_scale + rtol * ref[fin].abs()).all())
 
 
-def rms(t: torch.Tensor) -> float:
-    """Root mean square of the finite elements of `t` (1.0 when there are none or all are zero)."""
-    t = t.to(torch.float64)
-    t = t[torch.isfinite(t)]
-    v = float(t.pow(2).mean().sqrt()) if t.numel() else 0.0
+def rms(t: torch.Tensor, chunk: int = 1 << 26) -> float:
+    """Root mean square of the finite elements of `t` (1.0 when there are none or all are zero); in float64,
+    `chunk` elements at a time (a gigabyte output needs no gigabytes more)."""
+    flat = t.detach().reshape(-1)
+    total, count = 0.0, 0
+    for i in range(0, flat.numel(), chunk):
+        c = flat[i:i + chunk].to(torch.float64)
+        finite = torch.isfinite(c)
+        total += float(torch.where(finite, c, 0.0).pow(2).sum())
+        count += int(finite.sum())
+    v = math.sqrt(total / count) if count else 0.0
     return v if v > 0 else 1.0

@@ -596,9 +596,9 @@ class Evaluator:
         except WorkerError as e:
             raise _Aborted({"status": "runtime_error", "message": f"{what}: {e}"})
 
-    def _receive(self, worker: Worker, timeout: float, what: str):
+    def _receive(self, worker: Worker, timeout: float, what: str, device=None):
         try:
-            h, t = worker.receive(timeout)
+            h, t = worker.receive(timeout, device)
         except WorkerError as e:
             tail = e.stderr_tail.strip()[-1500:]
             if e.kind == "timeout":
@@ -629,8 +629,9 @@ class Evaluator:
             # Reference and candidate run the same trial at once: correctness is not timed.
             op = {"op": "trial", "seed": seed, "dist": dist, "full": full}
             self._send(cand, dict(op, poison_bytes=self._out_bytes(task)), what)
-            rh, rt = ref.request(op, left())
-            ch, ct = self._receive(cand, left(), what)
+            onto = self.device if self.device.type == "cuda" else None  # compared there: a GB in milliseconds
+            rh, rt = ref.request(op, left(), onto)
+            ch, ct = self._receive(cand, left(), what, onto)
             _raise_reference(rh, task)
             trials += 1
             if self._trial_problem(ch, flags, i):
@@ -642,8 +643,11 @@ class Evaluator:
                 return _stats(worst, task, rh, trials, self._policy), None
             if full:
                 m = self._compare_outputs(task, ct, rt, rh["outputs"], ch["outputs"], what)
-                if i == 0:
-                    first = {"seed": seed, "ref": rt, "ref_header": rh, "cand": ct, "cand_header": ch}
+                if i == 0 and m.ok:
+                    first = {"seed": seed, "ref_header": rh, "cand_header": ch, **_summary(rt, ct)}
+                rt = ct = None  # gigabytes on the device, which the workers need for the next trial
+                if self.device.type == "cuda":
+                    torch.cuda.empty_cache()
             else:
                 m = self._compare_sampled(task, ref, cand, rh, ch, left, what)
             worst = m if worst is None or (m.mismatched, m.rel_l2) > (worst.mismatched, worst.rel_l2) else worst
@@ -655,7 +659,9 @@ class Evaluator:
                         flags.append(Flag("agreement", "the second run returned NaN-poisoned memory: an earlier "
                                                        "output handed back again", hack="result_replay"))
                 return _stats(worst, task, rh, trials, self._policy), None
-        self._degenerate(first, flags)
+        for k in first["degenerate"]:
+            flags.append(Flag("degenerate_output", f"{k} is constant while the reference's varies",
+                              hack="degenerate_output"))
         if self._beyond_strict:
             flags.append(Flag("precision", f"{self._beyond_strict}: outside the strict policy's tolerance, within the "
                                            "kernelbench policy's (reduced-precision math)",
@@ -720,14 +726,6 @@ class Evaluator:
             self._incorrect_message = f"{where}: {m.reason}"
             m = cmp.Mismatch(False, m.reason, m.max_abs, m.max_rel, m.rel_l2, max(m.mismatched, 1))
         return m
-
-    def _degenerate(self, first, flags):
-        for k, t in first["cand"].items():
-            ref = first["ref"][k]
-            if (t.numel() > 1 and t.is_floating_point() and bool((t == t.reshape(-1)[0]).all())
-                    and not bool((ref == ref.reshape(-1)[0]).all())):
-                flags.append(Flag("degenerate_output", f"{k} is constant while the reference's varies",
-                                  hack="degenerate_output"))
 
     def _time_op(self, seed: int, kind: str = "time", **extra) -> dict:
         """One round's request: `calls` timed calls on fresh permutations of the inputs for `seed`."""
@@ -855,15 +853,11 @@ class Evaluator:
         """'' when every sampled output element of every timed call matches the reference's."""
         if set(rt) != set(ct):
             return "the timed calls returned a different number of outputs"
-        scales = first.setdefault("scales", {})  # one pass over each (possibly 1 GB) reference output
         for key in sorted(rt):
             call, out = key[1:].split("o")
-            ref_out = first["ref"].get(f"out{out}")
-            dtype = ref_out.dtype if ref_out is not None else torch.float32
+            dtype = first["dtypes"].get(out, torch.float32)
             atol, rtol = cmp.tolerance(dtype, task.meta.atol, task.meta.rtol, self._policy)
-            if out not in scales:
-                scales[out] = cmp.rms(ref_out) if ref_out is not None else 1.0
-            scale = scales[out]
+            scale = first["scales"].get(out, 1.0)
             if not cmp.compare_samples(ct[key], rt[key], scale, atol, rtol):
                 return f"timed call {call} output {out} does not match"
         return ""
@@ -964,6 +958,18 @@ def _ratio(ref: Timing | None, cand: Timing | None) -> float | None:
 def _raise_reference(h: dict, task: Task):
     if h.get("type") == "error" or h.get("problem"):
         raise EvaluationError(f"{task.name}: the reference failed: {h.get('message') or h.get('problem')}")
+
+
+def _summary(ref: dict, cand: dict) -> dict:
+    """What later stages need of the first trial's outputs, not the outputs themselves (gigabytes): each output's
+    scale and dtype (timed calls are checked against samples) and those the candidate made constant while the
+    reference's vary."""
+    def constant(t):
+        return t.numel() > 1 and t.is_floating_point() and bool((t == t.reshape(-1)[0]).all())
+
+    return {"scales": {k[3:]: cmp.rms(t) for k, t in ref.items()},
+            "dtypes": {k[3:]: t.dtype for k, t in ref.items()},
+            "degenerate": [k for k, t in cand.items() if constant(t) and not constant(ref[k])]}
 
 
 def _stats(m, task, ref_header: dict, trials, policy: str = "strict") -> ErrorStats:

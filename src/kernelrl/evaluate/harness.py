@@ -56,6 +56,7 @@ class Harness:
             from kernelrl.evaluate.guards import l2
             self._l2 = l2
         self.fixed_inputs = set()
+        self.after_reply = None  # run by the worker once the reply is sent (`sandbox.worker`)
         self._redraws_vary = {}  # input index -> whether a new draw of it gives new values
         self.precision0 = tamper.precision_flags(torch)
         # A candidate worker may start before its task is known (a spare): the task then comes with `load`.
@@ -254,9 +255,10 @@ class Harness:
                 torch.cuda.empty_cache()
             return header, None
         if op.get("full", True):
-            tensors = {f"out{i}": o.detach().to("cpu", copy=True) for i, o in enumerate(outs)}
+            # Sent as they are (`wire` stages device tensors through pinned memory), then poisoned once sent.
+            tensors = {f"out{i}": o.detach() for i, o in enumerate(outs)}
             if self.role == "candidate":
-                self._poison_outputs(outs, xs)
+                self.after_reply = lambda: self._poison_outputs(outs, xs)
             return header, tensors
         self._held = (outs, xs)  # sampled by the next op, whose positions this program cannot know yet
         return header, None

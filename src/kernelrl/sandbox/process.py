@@ -72,10 +72,11 @@ class Worker:
         self.conn = Connection(parent_sock.detach())
         self.started = time.monotonic()
 
-    def request(self, op: dict, timeout: float):
-        """Send `op`, return (header, tensors) of the reply; raises WorkerError if none comes in `timeout` s."""
+    def request(self, op: dict, timeout: float, device=None):
+        """Send `op`, return (header, tensors) of the reply; raises WorkerError if none comes in `timeout` s.
+        Large tensors of the reply land on `device` when it is a GPU (`wire.decode`)."""
         self.send(op)
-        return self.receive(timeout)
+        return self.receive(timeout, device)
 
     def send(self, op: dict) -> None:
         """Send `op` without waiting for the reply (pair with `receive`)."""
@@ -84,7 +85,7 @@ class Worker:
         except (BrokenPipeError, ConnectionResetError, OSError):
             raise self._died()
 
-    def receive(self, timeout: float):
+    def receive(self, timeout: float, device=None):
         """The reply to the last op sent: (header, tensors); raises WorkerError if none comes in `timeout` s."""
         deadline = time.monotonic() + timeout
         while True:
@@ -101,7 +102,7 @@ class Worker:
         except (EOFError, OSError):
             raise self._died()
         try:
-            return wire.decode(message, self._spill)
+            return wire.decode(message, self._spill, device)
         except wire.WireError as e:
             self.kill()
             raise WorkerError("malformed", f"malformed reply from worker: {e}", self.stderr_tail())

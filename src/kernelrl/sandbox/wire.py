@@ -31,32 +31,43 @@ class WireError(ValueError):
 
 
 def encode(header: dict, tensors: dict | None = None, spill: int | None = None) -> bytes:
-    """Pack a JSON-able header and named CPU tensors (torch or numpy) into one message; with `spill` (a file
-    descriptor), tensors of `SPILL_AT` bytes or more in all are written to that file instead of the message."""
-    arrays, meta, offset = [], [], 0
+    """Pack a JSON-able header and named tensors (torch on any device, or numpy) into one message; with `spill` (a
+    file descriptor), tensors of `SPILL_AT` bytes or more in all are written to that file instead of the message,
+    device tensors through a pinned staging buffer (no pageable copy of a gigabyte output)."""
+    sources, meta, offset = [], [], 0
     for name, t in (tensors or {}).items():
         dtype = str(t.dtype).replace("torch.", "")
         if dtype not in _DTYPES:
             raise WireError(f"cannot send tensor {name!r} of dtype {dtype}")
-        arr = _to_numpy(t).reshape(-1).view(np.uint8)  # the bytes, without a copy
-        meta.append({"name": name, "dtype": dtype, "shape": list(t.shape), "offset": offset, "nbytes": arr.size})
-        arrays.append(arr)
-        offset += arr.size
+        src = _device_bytes(t) if _on_device(t) else _to_numpy(t).reshape(-1).view(np.uint8)
+        nbytes = src.numel() if _on_device(t) else src.size
+        meta.append({"name": name, "dtype": dtype, "shape": list(t.shape), "offset": offset, "nbytes": nbytes})
+        sources.append(src)
+        offset += nbytes
     spilled = spill is not None and offset >= SPILL_AT
-    if spilled:
-        at = 0
-        for arr in arrays:
-            view = memoryview(arr)
-            while view.nbytes:
-                n = os.pwrite(spill, view, at)
-                view, at = view[n:], at + n
+    blobs = []
+    at = 0
+    for src in sources:
+        if not spilled:
+            blobs.append((src.cpu().numpy() if not isinstance(src, np.ndarray) else src).data)
+        elif isinstance(src, np.ndarray):
+            _pwrite_all(spill, memoryview(src), at)
+            at += src.size
+        else:
+            stage = _staging()
+            for i in range(0, src.numel(), STAGE_BYTES):
+                n = min(STAGE_BYTES, src.numel() - i)
+                stage[:n].copy_(src[i:i + n])
+                _pwrite_all(spill, memoryview(stage.numpy()[:n]), at + i)
+            at += src.numel()
     head = json.dumps({**header, "_tensors": meta, "_spilled": spilled}).encode()
-    return b"".join([struct.pack("<Q", len(head)), head] + ([] if spilled else [a.data for a in arrays]))
+    return b"".join([struct.pack("<Q", len(head)), head] + blobs)
 
 
-def decode(message: bytes, spill: int | None = None):
+def decode(message: bytes, spill: int | None = None, device=None):
     """Unpack a message into (header, {name: torch.Tensor}); raises WireError on anything malformed. A message
-    whose tensors were spilled is read from `spill`, the file the worker was given."""
+    whose tensors were spilled is read from `spill`, the file the worker was given, straight onto `device` when
+    it is a GPU (through a pinned staging buffer), else into host memory."""
     import torch
 
     if len(message) < 8:
@@ -74,6 +85,7 @@ def decode(message: bytes, spill: int | None = None):
     spilled = bool(header.pop("_spilled", False))
     if spilled and spill is None:
         raise WireError("the reply's tensors are in a spill file this worker was not given")
+    onto = torch.device(device) if device is not None else None
     tensors = {}
     for m in header.pop("_tensors", []):
         try:
@@ -86,15 +98,72 @@ def decode(message: bytes, spill: int | None = None):
         item = np.dtype(_DTYPES[dtype]).itemsize
         if nb != item * int(np.prod(shape, dtype=np.int64)):
             raise WireError(f"tensor {m.get('name')!r}: {nb} bytes for shape {shape} of {dtype}")
-        if spilled:
-            arr = _read_spilled(spill, off, nb, m.get("name")).view(_DTYPES[dtype])
+        if spilled and onto is not None and onto.type == "cuda":
+            t = _read_spilled_onto(spill, off, nb, m.get("name"), onto).view(getattr(torch, dtype)).reshape(shape)
         else:
-            arr = np.frombuffer(body[off:off + nb], dtype=_DTYPES[dtype]).copy()
-        t = torch.from_numpy(arr).reshape(shape)
-        if dtype == "bfloat16":
-            t = t.view(torch.bfloat16)
+            if spilled:
+                arr = _read_spilled(spill, off, nb, m.get("name")).view(_DTYPES[dtype])
+            else:
+                arr = np.frombuffer(body[off:off + nb], dtype=_DTYPES[dtype]).copy()
+            t = torch.from_numpy(arr).reshape(shape)
+            if dtype == "bfloat16":
+                t = t.view(torch.bfloat16)
         tensors[str(m.get("name"))] = t
     return header, tensors
+
+
+STAGE_BYTES = 64 << 20  # the pinned host buffer device tensors are staged through
+_stage: list = []
+
+
+def _staging():
+    """This process's pinned staging buffer (made on first use)."""
+    import torch
+
+    if not _stage:
+        _stage.append(torch.empty(STAGE_BYTES, dtype=torch.uint8, pin_memory=True))
+    return _stage[0]
+
+
+def _on_device(t) -> bool:
+    return not isinstance(t, np.ndarray) and t.device.type != "cpu"
+
+
+def _device_bytes(t):
+    """A device tensor's bytes as a flat uint8 tensor on its device (a copy only where it is not contiguous)."""
+    import torch
+
+    t = t.detach().contiguous().reshape(-1)
+    if t.is_complex():
+        t = torch.view_as_real(t).reshape(-1)
+    return t.view(torch.uint8)
+
+
+def _pwrite_all(fd: int, view: memoryview, at: int) -> None:
+    while view.nbytes:
+        n = os.pwrite(fd, view, at)
+        view, at = view[n:], at + n
+
+
+def _read_spilled_onto(fd: int, offset: int, nbytes: int, name, device):
+    """`nbytes` bytes of the spill file from `offset`, in a new uint8 tensor on `device`."""
+    import torch
+
+    if offset + nbytes > os.fstat(fd).st_size:
+        raise WireError(f"tensor {name!r} lies beyond the end of the spill file")
+    out = torch.empty(nbytes, dtype=torch.uint8, device=device)
+    stage = _staging()
+    host = stage.numpy()
+    for i in range(0, nbytes, STAGE_BYTES):
+        n = min(STAGE_BYTES, nbytes - i)
+        view, at = memoryview(host[:n]), offset + i
+        while view.nbytes:
+            got = os.preadv(fd, [view], at)
+            if got <= 0:
+                raise WireError(f"tensor {name!r}: the spill file ended while it was read")
+            view, at = view[got:], at + got
+        out[i:i + n].copy_(stage[:n])
+    return out
 
 
 def _read_spilled(fd: int, offset: int, nbytes: int, name) -> np.ndarray:

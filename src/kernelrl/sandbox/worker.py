@@ -87,6 +87,12 @@ def main(argv: list[str]) -> None:
             message = wire.encode({"type": "error", "kind": "runtime_error",
                                    "message": f"cannot send result: {type(e).__name__}: {e}"})
         send_bytes(message)
+        after, handler.after_reply = getattr(handler, "after_reply", None), None
+        if after is not None:  # work the handler left until its reply was sent (poisoning what it sent)
+            try:
+                after()
+            except BaseException:
+                traceback.print_exc()
 
 
 if __name__ == "__main__":
