@@ -103,18 +103,29 @@ class _Scheduled:
 
 def run_task(ev: Evaluator, st: SuiteTask, config: BenchConfig, cache: BaselineCache | None,
              environment: str) -> TaskResult:
-    """Reference timings (cached) and the verdict of one task's candidate on `ev`'s device."""
+    """Reference timings (cached) and the verdict of one task's candidate on `ev`'s device.
+
+    A verdict times the reference beside the candidate by the same method, so a task with a candidate gets a
+    reference timing of its own only to derive a compile speedup (both references timed alike), or when the
+    verdict timed nothing and the report asks for reference times."""
     base = dict(task=st.name, level=st.level, candidate=st.candidate_path, device=str(ev.device),
                 description=st.task.meta.description, policy=ev.config.policy_for(st.task.meta))
-    ref_t = comp_t = None
     notes = []
-    need_eager = config.time_references or st.candidate_path is not None
+    cand = invalid = None
+    if st.candidate_path is not None:
+        try:
+            cand = Candidate.from_file(st.candidate_path)
+        except TaskError as e:
+            invalid = str(e)
+    want_compiled = config.compiled_references or (config.baseline == "compile"
+                                                   and (config.time_references or cand is not None))
+    ref_t = comp_t = None
     try:
-        if need_eager:
+        if want_compiled or (cand is None and config.time_references):
             ref_t = reference_time(ev, st, False, cache, environment, config.use_cache)
     except Exception as e:  # noqa: BLE001 - a reference that cannot be timed is reported, not fatal
         return TaskResult(status="reference_error", message=f"timing the reference failed: {e}", **base)
-    if config.compiled_references or (config.baseline == "compile" and need_eager):
+    if want_compiled:
         try:
             comp_t = reference_time(ev, st, True, cache, environment, config.use_cache)
         except Exception as e:  # noqa: BLE001 - eager results stand; the compile baseline is then unknown
@@ -126,13 +137,11 @@ def run_task(ev: Evaluator, st: SuiteTask, config: BenchConfig, cache: BaselineC
     base.update(reference_us=ref_t.median_us if ref_t else None,
                 reference_compiled_us=comp_t.median_us if comp_t else None,
                 method=ref_t.method if ref_t else None)
-    if st.candidate_path is None:
+    if invalid is not None:
+        return TaskResult(status="invalid", message=invalid, **base)
+    if cand is None:
         missing = "no candidate file" + (f" ({st.note})" if st.note else "")
         return TaskResult(status="missing", message="; ".join([missing] + notes), **base)
-    try:
-        cand = Candidate.from_file(st.candidate_path)
-    except TaskError as e:
-        return TaskResult(status="invalid", message=str(e), **base)
     try:
         verdict = ev.evaluate(st.task, cand)
     except EvaluationError as e:
@@ -140,6 +149,11 @@ def run_task(ev: Evaluator, st: SuiteTask, config: BenchConfig, cache: BaselineC
     except Exception as e:  # noqa: BLE001 - a worker lost mid-run (the reference's, say): this task's reason
         return TaskResult(status="reference_error", message=f"the evaluation failed: {type(e).__name__}: {e}"[:2000],
                           **base)
+    if ref_t is None and verdict.timings[0] is None and config.time_references:
+        try:  # the candidate failed before it was timed: the report still gives the reference's time
+            ref_t = reference_time(ev, st, False, cache, environment, config.use_cache)
+        except Exception as e:  # noqa: BLE001 - the verdict stands
+            notes.append(f"timing the reference failed: {str(e)[:300]}")
     result = from_verdict(st.name, st.level, verdict, config.baseline, candidate=st.candidate_path,
                           reference=ref_t, reference_compiled=comp_t, description=st.task.meta.description)
     return replace(result, message="; ".join(([result.message] if result.message else []) + notes))
