@@ -43,16 +43,17 @@ def _need_cuda(what: str) -> None:
 
 @app.command()
 def tune(
-    shapes: str = typer.Option("grid", help="`grid` (1000 shapes), MxNxK[,MxNxK...], or a CSV with m,n,k"),
+    shapes: str = typer.Option("grid", help="`grid` (1000 shapes), `models` (the linear layers of five open LLMs), "
+                                            "MxNxK[,MxNxK...], or a CSV with m,n,k"),
     dtype: str = typer.Option("fp16", help="fp16 or bf16"),
     results: Path = typer.Option(DEFAULT_RECORDS, help="per-shape records (JSONL, .gz allowed); resumed"),
-    table: Path = typer.Option(None, help="write the tuned table here (default: the committed table)"),
+    table: Path = typer.Option(None, help="write the tuned table here (default: the committed table of this GPU)"),
     deadline: float = typer.Option(math.inf, help="stop after this many seconds (rerun to resume)"),
     seed_dtype: str = typer.Option(None, help="seed each shape's search with its best kernels recorded in this "
                                               "dtype (fp16 or bf16) and search the families less widely"),
 ):
     """Search every family's pruned candidates per shape; append records; write the table."""
-    from kernelrl.gemm.table import DEFAULT_TABLE, from_records, read_records
+    from kernelrl.gemm.table import from_records, read_records, table_path_for
     from kernelrl.gemm.tune import SEEDED, TuneOptions, plain_results, seeds_from
     from kernelrl.gemm.tune import tune as run_tune
 
@@ -69,6 +70,10 @@ def tune(
 
     from kernelrl.gemm import cublaslt
 
+    path = table or table_path_for(torch.cuda.get_device_name(), torch.cuda.get_device_capability())
+    if path is None:
+        fail(f"no committed table belongs to {torch.cuda.get_device_name()}: give --table PATH")
+
     with plain_results(results) as work:
         seeds = seeds_from(work, seed_dtype) if seed_dtype else None
         n = run_tune(todo, work, dtype, opt=SEEDED if seeds else TuneOptions(), deadline_s=deadline,
@@ -77,14 +82,14 @@ def tune(
     meta = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
             "cublaslt_version": cublaslt.version(), "source": str(results), "shapes": len(records)}
     tbl = from_records(records, meta)
-    tbl.save(table or DEFAULT_TABLE)
+    tbl.save(path)
     out.print(f"tuned {n} new shapes; table of {len(tbl.entries)} shapes ({len(tbl.lookup())} not torch) "
-              f"written to {table or DEFAULT_TABLE}")
+              f"written to {path}")
 
 
 @app.command()
 def bench(
-    shapes: str = typer.Option("grid", help="`grid`, MxNxK[,...], or a CSV with m,n,k"),
+    shapes: str = typer.Option("grid", help="`grid`, `models`, MxNxK[,...], or a CSV with m,n,k"),
     results: Path = typer.Option(DEFAULT_RECORDS, help="the tuner's records (give the cuBLASLt baselines)"),
     table: Path = typer.Option(None, help="tuned table to dispatch with (default: the committed table)"),
     csv_out: Path = typer.Option(DEFAULT_CSV, "--out", help="CSV, one row per shape; resumed"),

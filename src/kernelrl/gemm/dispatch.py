@@ -15,7 +15,7 @@ import weakref
 
 import torch
 
-from kernelrl.gemm.table import DEFAULT_TABLE, Table
+from kernelrl.gemm.table import DEFAULT_TABLE, Table, table_path_for
 
 _DTYPES = {torch.float16: "fp16", torch.bfloat16: "bf16"}
 _TORCH = object()  # marker: this call falls back to torch.matmul
@@ -144,22 +144,36 @@ _default: Dispatcher | None = None
 
 
 def default_dispatcher() -> Dispatcher:
-    """The dispatcher of the committed table (loaded once; only on a Hopper GPU, else all torch)."""
+    """The dispatcher of the committed table of this GPU (`table.table_path_for`; loaded once). A GPU without
+    one, or a table whose cuBLASLt algorithms belong to another cuBLASLt, sends those products to torch.matmul,
+    and says so once. Without CUDA: the H200 table, whose lookups the CPU's products never reach."""
     global _default
     if _default is None:
-        table = Table.load(DEFAULT_TABLE)
-        if torch.cuda.is_available() and torch.cuda.get_device_capability() != (9, 0):
-            table = Table((), table.meta)  # kernels are built for sm_90a only
-        elif table.meta.get("cublaslt_version") is not None:
-            try:
-                from kernelrl.gemm import cublaslt
-
-                if cublaslt.version() != table.meta["cublaslt_version"]:
-                    table = table.without_family("cublaslt")  # algorithm blobs belong to one version
-            except (OSError, FileNotFoundError):
-                table = table.without_family("cublaslt")
-        _default = Dispatcher(table)
+        _default = Dispatcher(device_table())
     return _default
+
+
+def device_table() -> Table:
+    """The committed table that fits the current GPU (empty, with a warning, when none does)."""
+    if not torch.cuda.is_available():
+        return Table.load(DEFAULT_TABLE)
+    name, capability = torch.cuda.get_device_name(), torch.cuda.get_device_capability()
+    path = table_path_for(name, capability)
+    if path is None or not path.is_file():
+        why = "no table is tuned for it" if path is None else f"its table {path.name} is not tuned yet"
+        warnings.warn(f"kernelrl.gemm: {name} (sm_{capability[0]}{capability[1]}): {why}; every product goes to "
+                      "torch.matmul", RuntimeWarning, stacklevel=3)
+        return Table()
+    table = Table.load(path)
+    if table.meta.get("cublaslt_version") is not None:
+        try:
+            from kernelrl.gemm import cublaslt
+
+            if cublaslt.version() != table.meta["cublaslt_version"]:
+                table = table.without_family("cublaslt")  # algorithm blobs belong to one version
+        except (OSError, FileNotFoundError):
+            table = table.without_family("cublaslt")
+    return table
 
 
 def set_table(table: Table) -> None:

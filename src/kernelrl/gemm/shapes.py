@@ -57,10 +57,53 @@ def grid(sizes: tuple[int, ...] = GRID_SIZES) -> list[Shape]:
     return [Shape(m, n, k) for m, n, k in itertools.product(sizes, sizes, sizes)]
 
 
+@dataclass(frozen=True)
+class ModelConfig:
+    """The widths of a decoder's linear layers (from the model's published config)."""
+
+    hidden: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    intermediate: int
+
+    def linears(self) -> dict[str, tuple[int, int]]:
+        """Each linear layer's (out_features, in_features): q/k/v/o with the GQA widths, gate/up, down."""
+        q, kv = self.heads * self.head_dim, self.kv_heads * self.head_dim
+        return {"q_proj": (q, self.hidden), "k_proj": (kv, self.hidden), "v_proj": (kv, self.hidden),
+                "o_proj": (self.hidden, q), "gate_proj": (self.intermediate, self.hidden),
+                "up_proj": (self.intermediate, self.hidden), "down_proj": (self.hidden, self.intermediate)}
+
+
+MODELS = {
+    "Llama-3.1-8B": ModelConfig(4096, 32, 8, 128, 14336),
+    "Llama-3.1-70B": ModelConfig(8192, 64, 8, 128, 28672),
+    "Qwen2.5-7B": ModelConfig(3584, 28, 4, 128, 18944),
+    "Qwen2.5-32B": ModelConfig(5120, 40, 8, 128, 27648),
+    "Mistral-7B-v0.3": ModelConfig(4096, 32, 8, 128, 14336),
+}
+# Tokens per call, from decode (a few sequences) to long prefill.
+MODEL_TOKENS = (1, 8, 16, 32, 64, 128, 512, 1024, 2048, 4096, 8192, 16384)
+
+
+def model_layers(tokens: tuple[int, ...] = MODEL_TOKENS) -> dict[Shape, list[str]]:
+    """The products of `MODELS`' linear layers, `x @ W.T` with x (tokens, in) and W (out, in) as a Shape
+    (m = tokens, n = out, k = in), each with the `model/layer` names that run it."""
+    found: dict[Shape, list[str]] = {}
+    for model, cfg in MODELS.items():
+        for layer, (out_f, in_f) in cfg.linears().items():
+            for t in tokens:
+                found.setdefault(Shape(t, out_f, in_f), []).append(f"{model}/{layer}")
+    return dict(sorted(found.items()))
+
+
 def read_shapes(spec: str) -> list[Shape]:
-    """Shapes from `grid`, a comma-separated `MxNxK` list, or a CSV file with m,n,k columns."""
+    """Shapes from `grid`, `models` (`model_layers`), a comma-separated `MxNxK` list, or a CSV file with m,n,k
+    columns."""
     if spec == "grid":
         return grid()
+    if spec == "models":
+        return list(model_layers())
     path = Path(spec)
     if path.suffix == ".csv" or ("," not in spec and len(spec) < 256 and path.is_file()):
         if not path.is_file():

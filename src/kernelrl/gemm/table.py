@@ -2,10 +2,26 @@
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-DEFAULT_TABLE = Path(__file__).parent / "data" / "tuned_h200.json"
+DATA = Path(__file__).parent / "data"
+# The committed table of each GPU model it was tuned on (matched as a word in the device's name, on sm_90: the
+# kernels are built for sm_90a). `kernelrl gemm tune` writes the table of the GPU it runs on.
+TABLES = {"H200": "tuned_h200.json", "H100": "tuned_h100.json"}
+DEFAULT_TABLE = DATA / TABLES["H200"]
+
+
+def table_path_for(device_name: str, capability: tuple[int, int]) -> Path | None:
+    """The committed table for a GPU (named as `torch.cuda.get_device_name` names it), or None when kernelrl has
+    none for it: another architecture, or a Hopper part it was not tuned on (a GH200 is not an H200)."""
+    if tuple(capability) != (9, 0):
+        return None
+    for model, name in TABLES.items():
+        if re.search(rf"(?<![A-Za-z0-9]){model}(?![A-Za-z0-9])", device_name):
+            return DATA / name
+    return None
 
 
 @dataclass(frozen=True)
