@@ -83,3 +83,28 @@ def test_an_unknown_policy_names_the_choices(tmp_path):
     task.write_text(REFERENCE)
     r = CliRunner().invoke(app(), ["optimize", str(task), "--policy", "loose", "--out", str(tmp_path / "run")])
     assert r.exit_code == 1 and "policy must be one of strict, kernelbench, not 'loose'" in r.output
+
+
+def test_prepare_ahead_judges_through_the_pipelined_scheduler(tmp_path, monkeypatch):
+    from kernelrl.scale.local import LocalScheduler
+
+    submitted = []
+    submit = LocalScheduler.submit
+    monkeypatch.setattr(LocalScheduler, "submit", lambda self, *a, **kw: submitted.append(self.capacity)
+                        or submit(self, *a, **kw))
+    task = tmp_path / "scale_shift.py"
+    task.write_text(REFERENCE)
+    out = tmp_path / "run"
+    r = CliRunner().invoke(app(), ["optimize", str(task), "--proposers", "reference", "--out", str(out),
+                                   "--config", str(fast_config(tmp_path)), "--quiet", "--device", "cpu",
+                                   "--prepare-ahead", "1"])
+    assert r.exit_code == 0, r.output
+    assert json.loads((out / "candidates.jsonl").read_text().splitlines()[0])["status"] == "ok"
+    assert submitted == [2]  # one job, through a scheduler of two lanes: one judged, one prepared ahead
+
+
+def test_a_negative_prepare_ahead_is_a_one_line_error(tmp_path):
+    task = tmp_path / "scale_shift.py"
+    task.write_text(REFERENCE)
+    r = CliRunner().invoke(app(), ["optimize", str(task), "--prepare-ahead", "-1", "--out", str(tmp_path / "run")])
+    assert r.exit_code == 1 and "--prepare-ahead must be 0 or more" in r.output

@@ -55,6 +55,10 @@ def optimize_command(
                                             "proposals are unjudged, so it shows the verdicts of the others "
                                             "(default: --concurrency, or the number of devices if larger; 0: one "
                                             "proposal at a time)."),
+    prepare_ahead: Optional[int] = typer.Option(None, "--prepare-ahead", help="Candidates started and built "
+                                                "ahead of each device while it judges another, so builds never "
+                                                "keep a GPU waiting (default: 3 on CUDA, 0 on the CPU, whose "
+                                                "cores the timing uses)."),
     proposers: Optional[str] = typer.Option(None, "--proposers", help="Comma-separated seed proposers "
                                                                       "(default: all that apply); 'none' for none."),
     exemplars: Optional[int] = typer.Option(None, "--exemplars", help="Earlier variants per prompt (default: 2)."),
@@ -91,7 +95,8 @@ def optimize_command(
         code = _optimize(console, task, device, model, iterations, budget, out, base_url, api_key_env, concurrency,
                          proposers, exemplars, strategy, target, price_in, price_out, temperature, max_tokens,
                          max_completion_tokens, reasoning_effort, stream, timeout, target_speedup, patience,
-                         time_limit, seed, config, quiet, review_speedup, lookahead, policy=policy, ray=ray)
+                         time_limit, seed, config, quiet, review_speedup, lookahead, policy=policy, ray=ray,
+                         prepare_ahead=prepare_ahead)
     except (TaskError, StoreError, LLMError, LoopError, ValueError, RayUnavailable) as e:
         console.print(f"[red]error:[/red] {escape(str(e))}")
         raise typer.Exit(1)
@@ -101,7 +106,8 @@ def optimize_command(
 def _optimize(console, task_path, devices, model, iterations, budget, out, base_url, api_key_env, concurrency,
               proposers, exemplars, strategy, target, price_in, price_out, temperature, max_tokens,
               max_completion_tokens, reasoning_effort, stream, timeout, target_speedup, patience, time_limit, seed,
-              config_path, quiet, review_speedup=None, lookahead=None, policy=None, ray=None) -> int:
+              config_path, quiet, review_speedup=None, lookahead=None, policy=None, ray=None,
+              prepare_ahead=None) -> int:
     from kernelrl.evaluate import EvalConfig, Evaluator
     from kernelrl.scale import ScheduledEvaluator, make_scheduler
 
@@ -146,8 +152,16 @@ def _optimize(console, task_path, devices, model, iterations, budget, out, base_
         if llm_d.get("model"):
             llm = LLMClient(LLMConfig.from_dict(llm_d), Budget(budget_usd, spent_usd=store.spent_usd()))
             stack.callback(llm.close)
-        if ray is None:
+        ahead = prepare_ahead if prepare_ahead is not None else (
+            3 if any(d.startswith("cuda") for d in devices) else 0)
+        if ahead < 0:
+            raise ValueError(f"--prepare-ahead must be 0 or more, not {ahead}")
+        if ray is None and ahead == 0:
             evaluators = {cfg.device: stack.enter_context(Evaluator(cfg)) for cfg in eval_cfgs}
+        elif ray is None:  # lanes: each device judges one job while `ahead` more are prepared for it
+            scheduler = stack.enter_context(make_scheduler(eval_cfgs[0], devices=tuple(devices), lookahead=ahead))
+            evaluators = {f"{devices[i % len(devices)]}#{i}": ScheduledEvaluator(scheduler)
+                          for i in range(scheduler.capacity)}
         else:  # one loop worker per job the cluster holds at once, all submitting to its scheduler
             scheduler = stack.enter_context(make_scheduler(eval_cfgs[0], ray=ray))
             evaluators = {f"{scheduler.device_kind}@ray#{i}": ScheduledEvaluator(scheduler)
