@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # One device call: install the carried wheels, then run the named steps; everything lands in $OUT/results.tgz.
 # Usage on the GPU machine:  STEP_S=150 bash benchmarks/device.sh STEP [STEP ...]
-#   steps: sanity confine gputests eval suite optimize train serve scaling gemm
+#   steps: sanity confine gputests eval throughput calibrate suite optimize train serve scaling gemm decoder
+#   calibrate: KernelBench identity candidates through `kernelrl bench` (.kb/suite and .kb/identity, made by
+#   benchmarks/kernelbench_identity.py write), resuming from the committed results.jsonl; LEVEL=N for one level.
 #   SUITE_ONLY=level1/a,level2/b limits the suite step; STEP_S bounds each step (seconds); TESTS names the test
 #   files (or node ids) of the gputests step. On a machine with several GPUs, run copies side by side, one per
 #   GPU: CUDA_VISIBLE_DEVICES=1 LANE=b bash benchmarks/device.sh gputests &  (LANE keeps their logs apart).
@@ -28,6 +30,15 @@ for step in "$@"; do
     confine) timeout "$STEP_S" python3 benchmarks/confine_probe.py | tee "$RES/confine_probe.txt";;
     gputests) KERNELRL_INSTAFAIL=1 timeout "$STEP_S" python3 -m pytest -v -m gpu -p no:cacheprovider --durations=25 ${TESTS:-tests} 2>&1 | tee "$RES/gpu_tests${LANE:+_$LANE}.log" | tail -25;;
     eval) timeout "$STEP_S" python3 benchmarks/eval_overhead.py "$RES/eval" --repeats 5 2>&1 | tail -20;;
+    throughput) timeout "$STEP_S" python3 benchmarks/eval_throughput.py "${KB:-.kb/suite}" "$RES/eval_throughput" \
+                  --sets python --modes serial,pipelined --limit 40 --budget-s $(( (STEP_S - 120) / 2 )) 2>&1 | tail -4;;
+    calibrate) mkdir -p "$RES/calibration"
+               [ -e "$RES/calibration/results.jsonl" ] || cp benchmarks/results/kernelbench_identity_h200/results.jsonl \
+                 "$RES/calibration/" 2>/dev/null
+               timeout "$STEP_S" python3 -m kernelrl.cli bench "${KB:-.kb/suite}" --candidates "${KB_ID:-.kb/identity}" \
+                 --device cuda --out "$RES/calibration" --resume --time-limit $((STEP_S - 60)) ${LEVEL:+--level $LEVEL} \
+                 2>&1 | tail -5;;
+    decoder) timeout "$STEP_S" python3 benchmarks/gemm_decoder.py "$RES/gemm_decoder" 2>&1 | tail -12;;
     suite) timeout "$STEP_S" python3 benchmarks/suite_device.py "$RES/suite" --time-budget-s $((STEP_S - 60)) \
              ${SUITE_ONLY:+--only "$SUITE_ONLY"} 2>&1 | tail -25;;
     optimize) timeout "$STEP_S" python3 benchmarks/optimize_device.py "$RES/optimize" --time-budget-s $((STEP_S - 60)) \
