@@ -101,3 +101,8 @@ def test_the_docs_quote_commands():
 def test_quoted_commands_name_real_subcommands(words):
     result = CliRunner().invoke(app, [*words, "--help"])
     assert result.exit_code == 0, f"`kernelrl {' '.join(words)} --help` failed: {result.output[-500:]}"
+
+
+@pytest.mark.parametrize("path, most", [("docs/gemm.md", 150), ("benchmarks/results/gemm_h200_findings.md", 300)])
+def test_the_gemm_reference_and_findings_stay_short_enough_to_read(path, most):
+    assert len((ROOT / path).read_text().splitlines()) <= most
