@@ -728,7 +728,7 @@ class Evaluator:
         return m
 
     def _time_op(self, seed: int, kind: str = "time", **extra) -> dict:
-        """One round's request: `calls` timed calls on fresh permutations of the inputs for `seed`."""
+        """One round's request: `calls` timed calls, each on fresh inputs (`Harness.fresh` of those for `seed`)."""
         cfg = self.config
         return {"op": kind, "seed": seed, "sample_seed": secrets.randbits(62), "perm_seed": secrets.randbits(62),
                 "calls": cfg.calls_per_round, "warmup": cfg.warmup, "flush": cfg.flush_l2, **extra}
@@ -742,7 +742,7 @@ class Evaluator:
     def _timing(self, task, ref, cand, left, flags, first):
         cfg = self.config
         ref_s, ref_w, cand_s, cand_w, comp_s, quiet, ratios = [], [], [], [], [], [], []
-        seed = secrets.randbits(62)  # one base input set; every timed call gets a fresh permutation of it
+        seed = secrets.randbits(62)  # one base input set; every timed call gets fresh inputs drawn from it (`fresh`)
         for r in range(max(cfg.timing_rounds, cfg.max_timing_rounds)):
             if self._precise_enough(r, ratios):
                 break

@@ -58,6 +58,7 @@ class Harness:
         self.fixed_inputs = set()
         self.after_reply = None  # run by the worker once the reply is sent (`sandbox.worker`)
         self._redraws_vary = {}  # input index -> whether a new draw of it gives new values
+        self.drawn_on_device = False  # whether the last `inputs` ran get_inputs on this worker's device
         self.precision0 = tamper.precision_flags(torch)
         # A candidate worker may start before its task is known (a spare): the task then comes with `load`.
         if "task_source" in init:
@@ -146,12 +147,12 @@ class Harness:
         Where the task's inputs are drawn on the device, each float input is drawn again for `seed` (one pass
         over its memory). Otherwise, or where a new draw has another shape or the same values, its elements are
         reordered by a random affine permutation i -> (a*i + b) mod n with gcd(a, n) = 1 (a few passes, even at
-        1e9 elements).
-        Either way no cache keyed on pointers, shapes or values can answer, and no algebra (scaling, linearity)
-        relates one call to another. Other inputs (and the task's fixed inputs) stay as they are.
+        1e9 elements). Either way no cache keyed on pointers, shapes or values can answer, and no algebra
+        (scaling, linearity) relates one call to another. Other inputs (and the task's fixed inputs) stay as they
+        are.
         """
         torch = self.torch
-        drawn = self.inputs(seed) if getattr(self, "drawn_on_device", False) else [None] * len(base)
+        drawn = self.inputs(seed) if self.drawn_on_device else [None] * len(base)
         rng = random.Random(seed)
         out = []
         for j, (x, d) in enumerate(zip(base, drawn)):
@@ -319,7 +320,7 @@ class Harness:
                 pass  # a container may forbid it; timing then runs wherever the scheduler puts it
 
     def op_time(self, op):
-        """Time `op["calls"]` calls, each on a fresh permutation of the inputs; return sampled outputs of each."""
+        """Time `op["calls"]` calls, each on fresh inputs (`fresh`); return sampled outputs of each."""
         torch = self.torch
         self.pin()
         model = self.compiled if op.get("compiled") else self.model
