@@ -180,6 +180,33 @@ def test_bad_input_gets_a_4xx_with_a_one_line_reason_and_the_server_keeps_servin
     assert raw(server.url + "/v1/evaluations/unknown-id", token=TOKEN)[0] == 404
 
 
+def test_an_oversized_body_is_read_to_its_end_before_the_413_so_its_client_can_read_it(server):
+    import socket
+    import urllib.parse
+
+    # Answering while the client still sends, then closing, leaves that client a broken pipe (seen under load).
+    url = urllib.parse.urlsplit(server.url)
+    size = 2_000_000
+    with socket.create_connection((url.hostname, url.port), timeout=30) as s:
+        s.sendall(f"POST /v1/evaluations HTTP/1.1\r\nHost: {url.hostname}\r\nAuthorization: Bearer {TOKEN}\r\n"
+                  f"Content-Type: application/json\r\nContent-Length: {size}\r\n\r\n".encode() + b"x" * 1000)
+        s.settimeout(0.5)
+        try:
+            early = s.recv(64)
+        except socket.timeout:
+            early = b""
+        assert early == b"", early  # no answer while the body is still coming
+        s.settimeout(30)
+        s.sendall(b"x" * (size - 1000))
+        answer = b""
+        while b"limit" not in answer:
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            answer += chunk
+    assert answer.startswith(b"HTTP/1.1 413") and b"limit" in answer, answer[:200]
+
+
 def test_a_bad_item_refuses_the_whole_batch_and_names_it(server, client):
     items = [request(CORRECT, reference=REFERENCE), {"reference": REFERENCE, "candidate": "x = 1\n"}]
     status, answer = raw(server.url + "/v1/evaluations:batch", "POST", json.dumps(items).encode(), TOKEN)

@@ -15,7 +15,7 @@ import logging
 
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, PlainTextResponse
 from starlette.routing import Route
 
@@ -95,16 +95,37 @@ class BearerAuth:
         await response(scope, receive, send)
 
 
+DRAIN_BYTES = 64 << 20  # an oversized body is read and dropped up to this much, so its client can read the 413
+
+
+async def _drain(request: Request, size: int) -> None:
+    """Read what is left of a refused body, up to `DRAIN_BYTES` in all (beyond that the connection closes)."""
+    if size > DRAIN_BYTES:
+        return
+    try:
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > DRAIN_BYTES:
+                return
+    except ClientDisconnect:  # the client gave up sending: nobody reads the answer
+        return
+
+
 async def _json_body(request: Request, limit: int):
-    """The request's JSON, refusing bodies over `limit` bytes before reading past the limit."""
+    """The request's JSON, refusing bodies over `limit` bytes without keeping more than `limit` of them.
+
+    A refused body is still read (and dropped) up to `DRAIN_BYTES`: a server that answers and closes while the
+    client is still sending leaves that client a broken pipe instead of the 413 and its reason."""
     declared = request.headers.get("content-length")
     if declared and declared.isdigit() and int(declared) > limit:
+        await _drain(request, int(declared))
         raise RequestError(413, f"body of {int(declared)} bytes is over this server's limit of {limit} bytes "
                                 "(--max-body); send fewer evaluations per request")
     chunks, size = [], 0
     async for chunk in request.stream():
         size += len(chunk)
         if size > limit:
+            await _drain(request, size)
             raise RequestError(413, f"body is over this server's limit of {limit} bytes (--max-body); send fewer "
                                     "evaluations per request")
         chunks.append(chunk)
