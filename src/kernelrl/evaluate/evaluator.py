@@ -624,12 +624,12 @@ class Evaluator:
         # The last trial repeats the first seed: unwritten or racy outputs vary between runs on one input.
         plan = [(s, "task" if i % 2 == 0 else "scaled", i < self.FULL_TRIALS) for i, s in enumerate(seeds)]
         plan.append((seeds[0], "task", False))
+        onto = self.device if self.device.type == "cuda" else None  # outputs compared there: a GB in milliseconds
         for i, (seed, dist, full) in enumerate(plan):
             what = f"trial {i + 1} ({dist} inputs)" if i < len(seeds) else "repeat of trial 1"
             # Reference and candidate run the same trial at once: correctness is not timed.
             op = {"op": "trial", "seed": seed, "dist": dist, "full": full}
             self._send(cand, dict(op, poison_bytes=self._out_bytes(task)), what)
-            onto = self.device if self.device.type == "cuda" else None  # compared there: a GB in milliseconds
             rh, rt = ref.request(op, left(), onto)
             ch, ct = self._receive(cand, left(), what, onto)
             _raise_reference(rh, task)

@@ -39,8 +39,12 @@ def encode(header: dict, tensors: dict | None = None, spill: int | None = None) 
         dtype = str(t.dtype).replace("torch.", "")
         if dtype not in _DTYPES:
             raise WireError(f"cannot send tensor {name!r} of dtype {dtype}")
-        src = _device_bytes(t) if _on_device(t) else _to_numpy(t).reshape(-1).view(np.uint8)
-        nbytes = src.numel() if _on_device(t) else src.size
+        if _on_device(t):
+            src = _device_bytes(t)
+            nbytes = src.numel()
+        else:
+            src = _to_numpy(t).reshape(-1).view(np.uint8)
+            nbytes = src.size
         meta.append({"name": name, "dtype": dtype, "shape": list(t.shape), "offset": offset, "nbytes": nbytes})
         sources.append(src)
         offset += nbytes
@@ -145,38 +149,39 @@ def _pwrite_all(fd: int, view: memoryview, at: int) -> None:
         view, at = view[n:], at + n
 
 
-def _read_spilled_onto(fd: int, offset: int, nbytes: int, name, device):
-    """`nbytes` bytes of the spill file from `offset`, in a new uint8 tensor on `device`."""
-    import torch
+def _preadv_all(fd: int, view: memoryview, at: int, name) -> None:
+    """Fill `view` from the spill file at `at`; WireError where the file ends first."""
+    while view.nbytes:
+        got = os.preadv(fd, [view], at)
+        if got <= 0:
+            raise WireError(f"tensor {name!r}: the spill file ended while it was read")
+        view, at = view[got:], at + got
 
+
+def _check_spilled(fd: int, offset: int, nbytes: int, name) -> None:
     if offset + nbytes > os.fstat(fd).st_size:
         raise WireError(f"tensor {name!r} lies beyond the end of the spill file")
+
+
+def _read_spilled_onto(fd: int, offset: int, nbytes: int, name, device):
+    """`nbytes` bytes of the spill file from `offset`, in a new uint8 tensor on `device`, through pinned memory."""
+    import torch
+
+    _check_spilled(fd, offset, nbytes, name)
     out = torch.empty(nbytes, dtype=torch.uint8, device=device)
     stage = _staging()
-    host = stage.numpy()
     for i in range(0, nbytes, STAGE_BYTES):
         n = min(STAGE_BYTES, nbytes - i)
-        view, at = memoryview(host[:n]), offset + i
-        while view.nbytes:
-            got = os.preadv(fd, [view], at)
-            if got <= 0:
-                raise WireError(f"tensor {name!r}: the spill file ended while it was read")
-            view, at = view[got:], at + got
+        _preadv_all(fd, memoryview(stage.numpy()[:n]), offset + i, name)
         out[i:i + n].copy_(stage[:n])
     return out
 
 
 def _read_spilled(fd: int, offset: int, nbytes: int, name) -> np.ndarray:
     """`nbytes` bytes of the spill file from `offset`, in a new array; WireError if the file is shorter."""
-    if offset + nbytes > os.fstat(fd).st_size:
-        raise WireError(f"tensor {name!r} lies beyond the end of the spill file")
+    _check_spilled(fd, offset, nbytes, name)
     arr = np.empty(nbytes, dtype=np.uint8)
-    view, at = memoryview(arr), offset
-    while view.nbytes:
-        n = os.preadv(fd, [view], at)
-        if n <= 0:
-            raise WireError(f"tensor {name!r}: the spill file ended while it was read")
-        view, at = view[n:], at + n
+    _preadv_all(fd, memoryview(arr), offset, name)
     return arr
 
 
