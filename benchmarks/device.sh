@@ -32,8 +32,9 @@ for step in "$@"; do
     eval) timeout "$STEP_S" python3 benchmarks/eval_overhead.py "$RES/eval" --repeats 5 2>&1 | tail -20;;
     throughput) timeout "$STEP_S" python3 benchmarks/eval_throughput.py "${KB:-.kb/suite}" "$RES/eval_throughput" \
                   --sets python --modes serial,pipelined --limit 40 --budget-s $(( (STEP_S - 120) / 2 )) 2>&1 | tail -4;;
-    calibrate) mkdir -p "$RES/calibration"
-               [ -e "$RES/calibration/results.jsonl" ] || cp benchmarks/results/kernelbench_identity_h200/results.jsonl \
+    calibrate) mkdir -p "$RES/calibration"  # resumes from the committed run on this GPU model (h100, h200)
+               gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | grep -oiE 'h100|h200' | tr A-Z a-z)
+               [ -e "$RES/calibration/results.jsonl" ] || cp "benchmarks/results/kernelbench_identity_$gpu/results.jsonl" \
                  "$RES/calibration/" 2>/dev/null
                timeout "$STEP_S" python3 -m kernelrl.cli bench "${KB:-.kb/suite}" --candidates "${KB_ID:-.kb/identity}" \
                  --device cuda --out "$RES/calibration" --resume --time-limit $((STEP_S - 60)) ${LEVEL:+--level $LEVEL} \

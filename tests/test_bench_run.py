@@ -220,6 +220,10 @@ def test_a_rerun_with_resume_runs_only_what_is_not_finished(tmp_path):
     assert [(t["task"], t["status"]) for t in summary["tasks"]] == [("level1/1_Softsign", "ok"),
                                                                     ("level1/2_Broken", "reference_error")]
     assert len((out / "results.jsonl").read_text().splitlines()) == 3
+    # Each run that judged something left a line: its wall time and tasks, for per-hour rates over resumed runs.
+    runs = [json.loads(line) for line in (out / "runs.jsonl").read_text().splitlines()]
+    assert [r["tasks"] for r in runs] == [2, 1] and runs[1]["judged"] == 1
+    assert all(r["wall_s"] > 0 and r["per_hour"] > 0 for r in runs)
 
 
 def test_levels_run_apart_add_up_to_one_report(tmp_path):

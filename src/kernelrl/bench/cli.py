@@ -115,12 +115,20 @@ def bench_command(
             progress.update(bar, advance=1, description=f"{r.task}: {r.status}{_speed(r.speedup)}")
 
         deadline = time.monotonic() + time_limit if time_limit is not None else None
+        seen = []  # the scheduler's latest stats: the run's device busy fraction
+
+        def stats(s):
+            seen[:] = [s]
+            progress.update(bar, load=scheduler_line(s))
+
+        t0, started = time.monotonic(), time.strftime("%Y-%m-%dT%H:%M:%S")
         try:
             fresh_results = run_suite(replace(suite, tasks=tuple(todo)), config, cache, on_result=advance,
-                                      deadline=deadline,
-                                      on_stats=lambda s: progress.update(bar, load=scheduler_line(s)))
+                                      deadline=deadline, on_stats=stats)
         except (EvaluationError, RayUnavailable) as e:
             _fail(str(e))
+    if out is not None and fresh_results:
+        _log_run(out, started, time.monotonic() - t0, fresh_results, seen[0] if seen else None)
     if len(fresh_results) < len(todo):
         err.print(f"[yellow]time limit:[/] {len(todo) - len(fresh_results)} tasks not started; run again with "
                   "--resume to finish them", highlight=False)
@@ -138,6 +146,21 @@ def bench_command(
         err.print(f"wrote {', '.join(str(p) for p in paths.values())}", highlight=False)
     if json_out:
         sys.stdout.write(json.dumps(summary) + "\n")
+
+
+RUNS_FILE = "runs.jsonl"
+
+
+def _log_run(out: Path, started: str, wall_s: float, results: list[TaskResult], stats) -> None:
+    """Append one line per run to `out`/runs.jsonl: its wall time, tasks judged and devices' busy fractions
+    (several --resume runs of one suite each leave theirs: judged tasks per device-hour come from them)."""
+    judged = sum(1 for r in results if r.candidate is not None)
+    record = {"started": started, "wall_s": round(wall_s, 1), "tasks": len(results), "judged": judged,
+              "per_hour": round(3600 * judged / wall_s, 1) if wall_s > 0 else None,
+              "device_busy": {d: round(b, 3) for d, b in stats.device_busy.items()} if stats else {}}
+    out.mkdir(parents=True, exist_ok=True)
+    with open(out / RUNS_FILE, "a") as f:
+        f.write(json.dumps(record) + "\n")
 
 
 def print_summary(summary: dict, console: Console) -> None:
