@@ -39,6 +39,24 @@ def test_correct_candidate_is_ok_with_a_speedup(ev, task):
     assert v.error.trials == 3 + 1 and v.error.mismatched == 0  # three trials and a repeat of the first
 
 
+def test_a_kept_reference_worker_rests_after_each_job_and_serves_the_next(ev, task):
+    judge(ev, task, "correct")
+    ref = ev._refs[task.digest][0]  # kept for the task's next candidate
+    sent, request = [], ref.request
+
+    def spy(op, *a, **kw):
+        sent.append(op["op"])
+        return request(op, *a, **kw)
+
+    ref.request = spy
+    try:
+        assert judge(ev, task, "correct").status == "ok"
+    finally:
+        del ref.request
+    assert sent[-1] == "rest" and sent.count("rest") == 1  # its inputs and cached memory dropped once judged
+    assert "time" in sent and "trial" in sent
+
+
 def test_wrong_candidate_is_incorrect(ev, task):
     v = judge(ev, task, "wrong")
     assert v.status == "incorrect"

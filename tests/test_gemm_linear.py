@@ -90,10 +90,23 @@ def test_linear_with_a_weight_as_nn_linear_lays_it_out_is_f_linear():
 
 def test_gradients_flow_through_a_patched_layer():
     model = nn.Linear(16, 8).to(torch.bfloat16)
-    patch(model, _table((4, 8, 16)))
+    d = _table((4, 8, 16))
+    patch(model, d)
     x = torch.randn(4, 16, dtype=torch.bfloat16, requires_grad=True)
     model(x).float().sum().backward()
     assert x.grad is not None and model.weight.grad is not None and model.bias.grad is not None
+    assert any(key[0] == (4, 16) for key in d._fast)  # the forward went through the dispatch
+
+
+def test_the_dispatch_and_its_custom_op_carry_gradients_as_torch_matmul_does():
+    from kernelrl.gemm.dispatch import _gemm_mm, matmul
+
+    a, b = torch.randn(5, 7, requires_grad=True), torch.randn(7, 3, requires_grad=True)
+    g = torch.randn(5, 3)
+    expected = torch.autograd.grad(a @ b, (a, b), g)
+    for mm in (matmul, _gemm_mm):  # eager, and the op torch.compile traces
+        got = torch.autograd.grad(mm(a, b), (a, b), g)
+        assert all(torch.allclose(x, y, atol=1e-6) for x, y in zip(got, expected))
 
 
 @pytest.mark.gpu

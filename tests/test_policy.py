@@ -60,6 +60,23 @@ def test_tf32_sized_error_passes_only_under_kernelbench():
     assert cmp.compare(out, ref, policy="kernelbench").ok
 
 
+def test_outputs_compared_in_chunks_give_the_same_result_as_in_one_piece(monkeypatch):
+    torch.manual_seed(0)
+    ref = torch.randn(1000) * 3
+    out = ref + 1e-6 * torch.randn(1000)
+    out[997] += 1.0  # one bad element, in the last chunk
+    whole = cmp.compare(out, ref)
+    monkeypatch.setattr(cmp, "CHUNK", 64)
+    monkeypatch.setattr(cmp._compare_finite, "__defaults__", (64,))
+    monkeypatch.setattr(cmp._all_finite, "__defaults__", (64,))
+    parts = cmp.compare(out, ref)
+    assert not whole.ok and whole.mismatched == parts.mismatched == 1
+    for field in ("max_abs", "max_rel", "rel_l2"):
+        assert getattr(parts, field) == pytest.approx(getattr(whole, field), rel=1e-9)
+    ref[998] = float("nan")  # a NaN in a later chunk still takes the non-finite path
+    assert "differ where the reference is NaN/Inf" in cmp.compare(out, ref).reason
+
+
 def test_a_zero_output_fails_under_kernelbench_whatever_the_magnitude():
     small = 1e-3 * torch.randn(1024)  # KernelBench's absolute atol of 1e-2 would accept zeros here
     assert not cmp.compare(torch.zeros_like(small), small, policy="kernelbench").ok

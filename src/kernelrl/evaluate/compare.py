@@ -19,6 +19,7 @@ TOLERANCES = {
 # The kernelbench policy: KernelBench's atol = rtol = 1e-2 (never tighter than the strict tolerance of a dtype).
 # atol stays relative to the reference's RMS, so a zero output still fails on outputs of any magnitude.
 KERNELBENCH_TOLERANCE = 1e-2
+CHUNK = 1 << 26  # elements compared at a time: a gigabyte output needs no gigabytes of temporaries
 
 
 def tolerance(dtype: torch.dtype, atol: float | None = None, rtol: float | None = None,
@@ -59,26 +60,37 @@ def compare(out: torch.Tensor, ref: torch.Tensor, atol: float | None = None,
     if ref.is_complex():
         out, ref = torch.view_as_real(out), torch.view_as_real(ref)
     o, e = out.to(work), ref.to(work)
-    if not bool(torch.isfinite(e).all()):
+    if not _all_finite(e):
         return _compare_nonfinite(o, e, a, r)
-    if not bool(torch.isfinite(o).all()):
+    if not _all_finite(o):
         n = int((~torch.isfinite(o)).sum())
         return Mismatch(False, f"{n} NaN/Inf values where the reference is finite", math.inf, math.inf, math.inf, n)
     return _compare_finite(o, e, a, r)
 
 
-def _compare_finite(o: torch.Tensor, e: torch.Tensor, a: float, r: float) -> Mismatch:
+def _all_finite(t: torch.Tensor, chunk: int = CHUNK) -> bool:
+    flat = t.reshape(-1)
+    return all(bool(torch.isfinite(flat[i:i + chunk]).all()) for i in range(0, flat.numel(), chunk))
+
+
+def _compare_finite(o: torch.Tensor, e: torch.Tensor, a: float, r: float, chunk: int = CHUNK) -> Mismatch:
     n = e.numel()
     if n == 0:
         return Mismatch(True, "")
-    norm_e = float(torch.linalg.vector_norm(e, dtype=torch.float64))
+    o, e = o.reshape(-1), e.reshape(-1)
+    parts = [(o[i:i + chunk], e[i:i + chunk]) for i in range(0, n, chunk)]
+    norm_e = math.sqrt(sum(float(torch.linalg.vector_norm(ec, dtype=torch.float64)) ** 2 for _, ec in parts))
     scale = norm_e / math.sqrt(n) or 1.0
-    diff = (o - e).abs_()
-    abs_e = e.abs()
-    bad = int((diff > abs_e * r + a * scale).sum())
-    max_abs = float(diff.max())
-    norm_d = float(torch.linalg.vector_norm(diff, dtype=torch.float64))
-    max_rel = float(diff.div_(abs_e.add_(a * scale if a > 0 else 1e-30)).max())
+    bad, max_abs, sq_d, max_rel = 0, 0.0, 0.0, 0.0
+    for oc, ec in parts:
+        diff = (oc - ec).abs_()
+        abs_e = ec.abs()
+        bad += int((diff > abs_e * r + a * scale).sum())
+        max_abs = max(max_abs, float(diff.max()))
+        sq_d += float(torch.linalg.vector_norm(diff, dtype=torch.float64)) ** 2
+        max_rel = max(max_rel, float(diff.div_(abs_e.add_(a * scale if a > 0 else 1e-30)).max()))
+        del diff, abs_e
+    norm_d = math.sqrt(sq_d)
     rel_l2 = norm_d / norm_e if norm_e > 0 else norm_d
     reason = "" if bad == 0 else (f"{bad} of {n} elements outside tolerance "
                                   f"(atol {a:g}×rms, rtol {r:g}); max abs error {max_abs:.3g}, "

@@ -251,7 +251,17 @@ class Evaluator:
                 return self._judge(prepared)
             finally:
                 self._current = None
+                self._rest(prepared.ref)
                 self.release(prepared)
+
+    def _rest(self, ref: Worker | None) -> None:
+        """Have a reference worker give back the device memory it used for the job just done (`op_rest`)."""
+        if ref is None or not ref.alive:
+            return
+        try:
+            ref.request({"op": "rest"}, 60)
+        except WorkerError:
+            pass  # a dead or hung reference is replaced when next asked for
 
     def release(self, prepared: Prepared) -> None:
         """Give up a prepared candidate without judging it: its worker closed, its reference unpinned."""
@@ -318,6 +328,8 @@ class Evaluator:
         try:
             return self._time_reference(task, ref, compiled)
         finally:
+            with self._lock:
+                self._rest(ref)
             self.let_go(state)
 
     def hold_reference(self, task: Task) -> dict:

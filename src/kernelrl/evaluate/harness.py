@@ -287,6 +287,15 @@ class Harness:
         inputs = storage_ptrs([x for x in xs if isinstance(x, self.torch.Tensor)])
         poison_([o for o in outs if o.numel() and o.untyped_storage().data_ptr() not in inputs])
 
+    def op_rest(self, op):
+        """Between jobs: drop the inputs and outputs kept for the next op and give cached device memory back, so
+        a reference worker kept for later candidates holds only its model while other programs run."""
+        self._base, self._held = (None, None), None
+        if self.cuda:
+            self.torch.cuda.empty_cache()
+        return {"type": "rested",
+                "reserved_bytes": self.torch.cuda.memory_reserved(self.device) if self.cuda else 0}, None
+
     def op_ready(self, op):
         """Answer once started (the task imported, its Model built; nothing run): the caller knows it is up."""
         return {"type": "ready"}, None

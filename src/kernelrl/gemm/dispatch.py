@@ -192,13 +192,44 @@ def _(a, b):
     return a.new_empty((a.shape[0], b.shape[1]))
 
 
+def _save_operands(ctx, inputs, output):
+    ctx.save_for_backward(*inputs)
+
+
+def _gemm_mm_backward(ctx, grad):
+    """dA = dC @ B.T and dB = A.T @ dC, by torch.matmul (the tuned kernels cover the forward layout)."""
+    a, b = ctx.saved_tensors
+    return (grad @ b.t() if ctx.needs_input_grad[0] else None,
+            a.t() @ grad if ctx.needs_input_grad[1] else None)
+
+
+_gemm_mm.register_autograd(_gemm_mm_backward, setup_context=_save_operands)
+
+
+class _WithGrad(torch.autograd.Function):
+    """`dispatcher.matmul(a, b)` in eager mode where an operand requires gradients (a tuned kernel's output has
+    no autograd history of its own)."""
+
+    @staticmethod
+    def forward(ctx, a, b, dispatcher):
+        ctx.save_for_backward(a, b)
+        return dispatcher.matmul(a, b)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return (*_gemm_mm_backward(ctx, grad), None)
+
+
 _is_compiling = torch.compiler.is_compiling
 
 
 def matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """A @ B for 2-D tensors: the tuned kernel for known fp16/bf16 CUDA shapes, else torch.matmul."""
+    """A @ B for 2-D tensors: the tuned kernel for known fp16/bf16 CUDA shapes, else torch.matmul. Gradients
+    flow where an operand requires them (the backward products run on torch.matmul)."""
     if _is_compiling():
         return _gemm_mm(a, b)
+    if torch.is_grad_enabled() and (a.requires_grad or b.requires_grad):
+        return _WithGrad.apply(a, b, _default or default_dispatcher())
     return (_default or default_dispatcher()).matmul(a, b)
 
 
