@@ -37,7 +37,7 @@ for step in "$@"; do
                [ -e "$RES/calibration/results.jsonl" ] || cp "benchmarks/results/kernelbench_identity_$gpu/results.jsonl" \
                  "$RES/calibration/" 2>/dev/null
                timeout "$STEP_S" python3 -m kernelrl.cli bench "${KB:-.kb/suite}" --candidates "${KB_ID:-.kb/identity}" \
-                 --device cuda --out "$RES/calibration" --resume --time-limit $((STEP_S - 60)) ${LEVEL:+--level $LEVEL} \
+                 --device cuda --out "$RES/calibration" --resume --time-limit $((STEP_S - 150)) ${LEVEL:+--level $LEVEL} \
                  2>&1 | tail -5;;
     decoder) timeout "$STEP_S" python3 benchmarks/gemm_decoder.py "$RES/gemm_decoder" 2>&1 | tail -12;;
     suite) timeout "$STEP_S" python3 benchmarks/suite_device.py "$RES/suite" --time-budget-s $((STEP_S - 60)) \
