@@ -42,17 +42,17 @@ def test_correct_candidate_is_ok_with_a_speedup(ev, task):
 def test_a_kept_reference_worker_rests_after_each_job_and_serves_the_next(ev, task):
     judge(ev, task, "correct")
     ref = ev._refs[task.digest][0]  # kept for the task's next candidate
-    sent, request = [], ref.request
+    sent, send = [], ref.send
 
-    def spy(op, *a, **kw):
+    def spy(op):
         sent.append(op["op"])
-        return request(op, *a, **kw)
+        return send(op)
 
-    ref.request = spy
+    ref.send = spy
     try:
         assert judge(ev, task, "correct").status == "ok"
     finally:
-        del ref.request
+        del ref.send
     assert sent[-1] == "rest" and sent.count("rest") == 1  # its inputs and cached memory dropped once judged
     assert "time" in sent and "trial" in sent
 
@@ -222,6 +222,16 @@ def test_timing_adds_rounds_until_the_speedup_is_precise_and_reports_its_error(t
         assert judge(ev, task, "correct").candidate_timing.n == 2 * 5
     with Evaluator(EvalConfig(**dict(base, timing_rounds=1, timing_precision=0))) as ev:  # one round: no error
         assert judge(ev, task, "correct").speedup_stderr is None
+
+
+def test_long_calls_get_fewer_calls_per_round_after_the_first(task, tmp_path):
+    cfg = EvalConfig(**dict(FAST, calls_per_round=8, min_calls_per_round=3, round_us=1.0, cache_dir=str(tmp_path)))
+    with Evaluator(cfg) as ev:
+        assert [ev._calls_for(us) for us in (1e-4, 0.2, 0.5, 10.0)] == [8, 5, 3, 3]  # round_us 1: ceil(1 / us)
+        v = judge(ev, task, "correct")
+    assert v.status == "ok", v.message
+    # The first round times 8 calls per program; the reference's calls took over 1 µs, so the next round 3.
+    assert v.reference.n == v.candidate_timing.n == 8 + 3
 
 
 def test_timing_cores_come_from_the_gpus_local_list_a_pair_per_device():

@@ -27,6 +27,8 @@ class EvalConfig:
     max_timing_rounds: int = 15          # more rounds while the speedup is less precise than below
     timing_precision: float = 0.004      # target relative standard error of the speedup (per-round ratios)
     calls_per_round: int = 20            # timed calls per program per round
+    round_us: float = 20000.0            # ...fewer once a call is known to be long: enough for this much timed
+    min_calls_per_round: int = 5         # time per program and round, never fewer than this many calls
     input_sets: int = 4                  # rotated input sets during timing, outputs of each checked
     flush_l2: bool = True                # CUDA: overwrite L2 before every timed call
     use_graphs: bool = True              # CUDA: also time CUDA-graph replay when the candidate allows it

@@ -16,6 +16,7 @@ import tempfile
 import threading
 import time
 from collections import OrderedDict
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -215,6 +216,8 @@ class Evaluator:
         self._cpus = worker_cpus(self.device)
         self._build_cpus = build_cpus(self.device)
         self._current: Prepared | None = None  # the job in the GPU stage
+        # reads the reference's reply of a trial while the candidate's is read (gigabyte replies, both at once)
+        self._reader = ThreadPoolExecutor(1, thread_name_prefix="kernelrl-reference-reply")
 
     # -- public -------------------------------------------------------------------------------------------
     def evaluate(self, task: Task, candidate: Candidate) -> Verdict:
@@ -372,6 +375,7 @@ class Evaluator:
             for worker, _ in self._refs.values():
                 worker.close()
             self._refs.clear()
+            self._reader.shutdown(wait=False)
             if self._spare is not None:
                 self._discard(self._spare)
                 self._spare = None
@@ -538,7 +542,7 @@ class Evaluator:
             self._compile_reference(ref, task)
         ref_t, cand_t, comp_t, stderr = self._timing(task, ref, cand, left, flags, first)
         ph.mark("timing")
-        graphs = self._graphs(task, ref, cand, left, flags, first) if (
+        graphs = self._graphs(task, ref, cand, left, flags, first, self._calls_for(ref_t.median_us)) if (
             cfg.use_graphs and self.device.type == "cuda") else {}
         ph.mark("graphs")
         report = self._report(cand, left, flags, reported)
@@ -642,8 +646,12 @@ class Evaluator:
             # Reference and candidate run the same trial at once: correctness is not timed.
             op = {"op": "trial", "seed": seed, "dist": dist, "full": full}
             self._send(cand, dict(op, poison_bytes=self._out_bytes(task)), what)
-            rh, rt = ref.request(op, left(), onto)
-            ch, ct = self._receive(cand, left(), what, onto)
+            ref.send(op)
+            reference = self._reader.submit(ref.receive, left(), onto)  # both replies are read at once
+            try:
+                ch, ct = self._receive(cand, left(), what, onto)
+            finally:  # the reference's reply is taken whatever the candidate did: the worker serves the next job
+                rh, rt = reference.result()
             _raise_reference(rh, task)
             trials += 1
             if self._trial_problem(ch, flags, i):
@@ -745,6 +753,14 @@ class Evaluator:
         return {"op": kind, "seed": seed, "sample_seed": secrets.randbits(62), "perm_seed": secrets.randbits(62),
                 "calls": cfg.calls_per_round, "warmup": cfg.warmup, "flush": cfg.flush_l2, **extra}
 
+    def _calls_for(self, call_us: float) -> int:
+        """Timed calls per round for programs whose calls take about `call_us`: `calls_per_round`, fewer for long
+        calls (a round of `round_us` of timed calls, at least `min_calls_per_round`). A long call's time varies
+        little; rounds, which the speedup's precision counts, are what cancel drift."""
+        cfg = self.config
+        least = min(cfg.min_calls_per_round, cfg.calls_per_round)
+        return max(least, min(cfg.calls_per_round, math.ceil(cfg.round_us / max(call_us, 1e-3))))
+
     def _time(self, worker: Worker, compiled: bool, timeout: float):
         h, t = worker.request(self._time_op(secrets.randbits(62), compiled=compiled), timeout)
         if h.get("type") == "error" or h.get("problem"):
@@ -755,10 +771,11 @@ class Evaluator:
         cfg = self.config
         ref_s, ref_w, cand_s, cand_w, comp_s, quiet, ratios = [], [], [], [], [], [], []
         seed = secrets.randbits(62)  # one base input set; every timed call gets fresh inputs drawn from it (`fresh`)
+        calls = cfg.calls_per_round  # the first round's reference times set the later rounds' calls
         for r in range(max(cfg.timing_rounds, cfg.max_timing_rounds)):
             if self._precise_enough(r, ratios):
                 break
-            op = self._time_op(seed)
+            op = self._time_op(seed, calls=calls)
             order = ("ref", "cand") if r % 2 == 0 else ("cand", "ref")
             got = {}
             for who in order:
@@ -789,6 +806,8 @@ class Evaluator:
                 flags.append(Flag("threads", f"round {r + 1}: {ch['threads_grew']} new Python thread(s) "
                                              "while being timed", hack="background_thread"))
             ratios.append(statistics.median(rh["times_us"]) / max(statistics.median(ch["times_us"]), 1e-9))
+            if r == 0:
+                calls = self._calls_for(statistics.median(rh["times_us"]))
             ref_s += rh["times_us"]
             ref_w += rh["wall_us"]
             cand_s += ch["times_us"]
@@ -811,10 +830,11 @@ class Evaluator:
         return rounds >= cfg.timing_rounds and (cfg.timing_precision <= 0
                                                 or _relative_stderr(ratios) <= cfg.timing_precision)
 
-    def _graphs(self, task, ref, cand, left, flags, first) -> dict:
+    def _graphs(self, task, ref, cand, left, flags, first, calls: int) -> dict:
         """CUDA-graph replay times (device time) of both programs, when both can be captured.
 
-        Rounds alternate and adapt as in `_timing`, and every replay's outputs are checked the same way.
+        Rounds alternate and adapt as in `_timing` (`calls` replays each, `_calls_for` the eager reference time),
+        and every replay's outputs are checked the same way.
         With `compare_compile`, the torch.compile'd reference is replayed too (its time is None when it
         cannot be captured)."""
         cfg = self.config
@@ -824,7 +844,7 @@ class Evaluator:
         for r in range(max(cfg.timing_rounds, cfg.max_timing_rounds)):
             if self._precise_enough(r, ratios):
                 break
-            op = self._time_op(seed, kind="graph")
+            op = self._time_op(seed, kind="graph", calls=calls)
             if r % 2 == 0:
                 rh, rt = ref.request(op, left())
                 ch, ct = self._ask(cand, op, left(), "graph replay")

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import struct
+import threading
 
 import numpy as np
 
@@ -117,16 +118,16 @@ def decode(message: bytes, spill: int | None = None, device=None):
 
 
 STAGE_BYTES = 64 << 20  # the pinned host buffer device tensors are staged through
-_stage: list = []
+_stage = threading.local()  # one buffer per thread: the evaluator reads two workers' replies at once
 
 
 def _staging():
-    """This process's pinned staging buffer (made on first use)."""
+    """This thread's pinned staging buffer (made on first use)."""
     import torch
 
-    if not _stage:
-        _stage.append(torch.empty(STAGE_BYTES, dtype=torch.uint8, pin_memory=True))
-    return _stage[0]
+    if getattr(_stage, "buffer", None) is None:
+        _stage.buffer = torch.empty(STAGE_BYTES, dtype=torch.uint8, pin_memory=True)
+    return _stage.buffer
 
 
 def _on_device(t) -> bool:
