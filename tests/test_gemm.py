@@ -1410,6 +1410,14 @@ def test_a_benchmark_file_with_other_columns_is_not_appended_to(tmp_path):
 def test_report_says_when_a_goal_is_not_met(tmp_path):
     md = markdown(read_rows(_csv(tmp_path, speedup=1.01)))
     assert "**not met**" in md and "1.010" in md and "fp16 in" in md
+    assert "Layout nt" not in md
+
+
+def test_report_of_the_nt_layout_says_its_torch_baseline_is_f_linear(tmp_path):
+    rows = read_rows(_csv(tmp_path))
+    for r in rows:
+        r["layout"] = "nt"
+    assert "`F.linear` on that weight" in markdown(rows)
 
 
 def test_report_says_by_how_much_and_where_the_speedup_goal_is_missed(tmp_path):

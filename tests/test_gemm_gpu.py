@@ -377,6 +377,20 @@ def test_a_benchmark_row_has_every_column_and_paired_speedups_that_agree_with_it
     assert row[PAIRED["cublaslt_autotune"]] == ""  # no baseline recorded: no paired figure either
 
 
+def test_an_nt_layout_row_times_f_linear_against_the_relaid_weight():
+    from kernelrl.gemm.bench import PAIRED, bench_shape
+    from kernelrl.gemm.timing import L2Flusher
+
+    s = Shape(256, 512, 1024)
+    tiled = "tiled:64x64x128_s3_w4"
+    d = Dispatcher(Table((Entry(s.m, s.n, s.k, "fp16", tiled, 1.0, 1.0),)))
+    record = {"dtype": "fp16", "cublaslt_heuristic": None, "cublaslt_autotune": None}
+    row = bench_shape(s, torch.float16, record, d, L2Flusher(), random.Random(0), layout="nt")
+    assert row["layout"] == "nt" and row["kernel"] == tiled and row["rel_err"] < 2 * row["torch_rel_err"]
+    assert 0.9 < row[PAIRED["torch_control"]] < 1.1  # F.linear against itself
+    assert row["torch_us"] > 0 and row["kernelrl_us"] > 0
+
+
 def test_placed_timing_spreads_its_rounds_over_fresh_buffers_each_with_its_own_graphs():
     from kernelrl.gemm import timing as tm
 

@@ -147,3 +147,32 @@ def test_the_decoder_layer_benchmark_runs_and_reports_every_setting(tmp_path):
     assert [(r["mode"], r["tokens"]) for r in rows] == [("decode", 1), ("decode", 2), ("prefill", 8)]
     assert all(r["within_2x_torch_error"] and r["torch_us"] > 0 for r in rows)
     assert "| prefill | 8 |" in (tmp_path / "gemm_decoder.md").read_text()
+
+
+def test_the_nt_layout_times_torch_as_f_linear_on_the_weight_and_the_others_on_its_relaid_copy():
+    from kernelrl.gemm import timing as tm
+    from kernelrl.gemm.bench import _impls, columns
+
+    class Buffers:  # an Inputs of CPU tensors: one set, B and its nn.Linear weight W = B.T
+        a, b, c = [torch.randn(4, 6)], [torch.randn(6, 5)], [torch.empty(4, 5)]
+        w = [b[0].t().contiguous()]
+
+        def __len__(self):
+            return 1
+
+    inp = Buffers()
+    impls = _impls(Shape(4, 5, 6), torch.float32, {"dtype": "fp32"}, _table(), "nt")
+    fn, convention = impls["torch"]
+    assert fn is F.linear and convention == tm.LINEAR
+    assert torch.allclose(tm._call(fn, inp, 0, convention), inp.a[0] @ inp.b[0], atol=1e-5)
+    assert _impls(Shape(4, 5, 6), torch.float32, {"dtype": "fp32"}, _table())["torch"] == (torch.matmul, False)
+    assert columns()[:5] == ["m", "n", "k", "layout", "dtype"]
+
+
+def test_gemm_bench_refuses_an_unknown_layout_in_one_line():
+    from typer.testing import CliRunner
+
+    from kernelrl.gemm.cli import app
+
+    r = CliRunner().invoke(app, ["bench", "--shapes", "64x64x64", "--layout", "tn"])
+    assert r.exit_code == 2 and "layout 'tn': use nn or nt" in r.output

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import torch
+import torch.nn.functional as F
 
 from kernelrl.gemm import check as chk
 from kernelrl.gemm import timing as tm
@@ -31,8 +32,11 @@ PAIRED = {"torch": "speedup_paired", "cublaslt_heuristic": "speedup_vs_heuristic
           "cublaslt_autotune": "speedup_vs_autotune_paired", "torch_control": "control_paired"}
 
 
+LAYOUTS = ("nn", "nt")  # nn: A @ B, both row-major; nt: x @ W.T with W an nn.Linear weight (n, k) row-major
+
+
 def columns() -> list[str]:
-    cols = ["m", "n", "k", "dtype", "torch_us", "cublaslt_heuristic_us", "cublaslt_autotune_us", "kernelrl_us",
+    cols = ["m", "n", "k", "layout", "dtype", "torch_us", "cublaslt_heuristic_us", "cublaslt_autotune_us", "kernelrl_us",
             "torch_control_us",
             "kernel", "rel_err", "torch_rel_err", "cublaslt_autotune_kernel",
             "speedup_ci_lo", "speedup_ci_hi", "control_ci_lo", "control_ci_hi",
@@ -41,9 +45,12 @@ def columns() -> list[str]:
     return cols
 
 
-def _impls(s: Shape, dtype: torch.dtype, record: dict, disp: Dispatcher) -> dict[str, tuple]:
-    """impl -> (function, takes an output argument)."""
-    out: dict[str, tuple] = {"torch": (torch.matmul, False)}
+def _impls(s: Shape, dtype: torch.dtype, record: dict, disp: Dispatcher, layout: str = "nn") -> dict[str, tuple]:
+    """impl -> (function, calling convention: takes an output argument, or `timing.LINEAR`).
+
+    In the nt layout torch is `F.linear` on the (n, k) weight, what `nn.Linear` runs; kernelrl and cuBLASLt take
+    the same weight laid out once as (k, n) storage, as `gemm.patch` leaves a model's layers."""
+    out: dict[str, tuple] = {"torch": (F.linear, tm.LINEAR) if layout == "nt" else (torch.matmul, False)}
     heur = record.get("cublaslt_heuristic")
     auto = record.get("cublaslt_autotune")
     if heur:
@@ -55,26 +62,27 @@ def _impls(s: Shape, dtype: torch.dtype, record: dict, disp: Dispatcher) -> dict
 
 
 def bench_shape(s: Shape, dtype: torch.dtype, record: dict, disp: Dispatcher, flusher: tm.L2Flusher,
-                rng: random.Random) -> dict:
+                rng: random.Random, layout: str = "nn") -> dict:
     """Every implementation in every mode on one shape; the CSV row."""
-    row: dict = {"m": s.m, "n": s.n, "k": s.k, "dtype": record["dtype"],
+    row: dict = {"m": s.m, "n": s.n, "k": s.k, "layout": layout, "dtype": record["dtype"],
                  "kernel": disp.kernel_for(s.m, s.n, s.k, dtype),
                  "cublaslt_autotune_kernel": record.get("cublaslt_autotune") or ""}
-    impls = _impls(s, dtype, record, disp)
+    impls = _impls(s, dtype, record, disp, layout)
     a, b = chk.random_inputs(s.m, s.n, s.k, dtype)
     ref = chk.reference(a, b)
     row["rel_err"] = chk.rel_err(disp(a, b), ref)
-    row["torch_rel_err"] = chk.rel_err(torch.matmul(a, b), ref)
+    row["torch_rel_err"] = chk.rel_err(F.linear(a, b.t().contiguous()) if layout == "nt" else torch.matmul(a, b),
+                                       ref)
     del ref, a, b
     est = estimate_torch_us(s)
     calls = tm.calls_for(est)
     few = 5 if est > 2000 else (10 if est > 200 else 20)
     # the primary figure: graph replay, the implementations' replays interleaved; torch.matmul timed a second
     # time as its own control, so that the spread between two identical programs shows the noise floor
-    graphed = {**impls, "torch_control": (torch.matmul, False)}
+    graphed = {**impls, "torch_control": impls["torch"]}
     rounds = 21 if est > 50 else 31  # short kernels: more rounds against replay noise
     # the rounds spread over PLACEMENTS sets of buffers, each with its own graphs (see time_graphs_placed)
-    inp = tm.Inputs(s.m, s.n, s.k, dtype)
+    inp = tm.Inputs(s.m, s.n, s.k, dtype, weights=layout == "nt")
     per_round: dict[str, list[float]] = {}
     tm.time_graphs_placed(graphed, inp, calls, rounds, PLACEMENTS, rng, per_round)
     for impl, times in per_round.items():
@@ -100,8 +108,10 @@ def bench_shape(s: Shape, dtype: torch.dtype, record: dict, disp: Dispatcher, fl
 
 
 def bench(shapes: list[Shape], records: dict[tuple, dict], disp: Dispatcher, out: Path, dtype: str = "fp16",
-          deadline_s: float = math.inf, log=print) -> int:
-    """Benchmark every shape not yet in `out` (cheapest first) that has a tuning record."""
+          deadline_s: float = math.inf, log=print, layout: str = "nn") -> int:
+    """Benchmark every shape not yet in `out` (cheapest first) that has a tuning record, in `layout` (LAYOUTS)."""
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout {layout!r}: use one of {', '.join(LAYOUTS)}")
     t0 = time.perf_counter()
     done = set()
     if out.is_file():
@@ -110,7 +120,7 @@ def bench(shapes: list[Shape], records: dict[tuple, dict], disp: Dispatcher, out
             if reader.fieldnames and reader.fieldnames != columns():
                 raise ValueError(f"{out} was written with other columns than this benchmark writes: benchmark "
                                  "every shape afresh into a new file (gemm_device.py --fresh-bench)")
-            done = {(int(r["m"]), int(r["n"]), int(r["k"]), r["dtype"]) for r in reader}
+            done = {(int(r["m"]), int(r["n"]), int(r["k"]), r["dtype"]) for r in reader if r["layout"] == layout}
     todo = sorted((s for s in shapes if (s.m, s.n, s.k, dtype) not in done and (s.m, s.n, s.k, dtype) in records),
                   key=estimate_torch_us)
     new = not out.is_file()
@@ -125,7 +135,7 @@ def bench(shapes: list[Shape], records: dict[tuple, dict], disp: Dispatcher, out
             if time.perf_counter() - t0 + estimate_torch_us(s) * 200 / 1e6 > deadline_s:
                 log(f"deadline reached: {len(todo) - n} shapes left to benchmark")
                 break
-            row = bench_shape(s, DTYPE_NAMES[dtype], records[(s.m, s.n, s.k, dtype)], disp, flusher, rng)
+            row = bench_shape(s, DTYPE_NAMES[dtype], records[(s.m, s.n, s.k, dtype)], disp, flusher, rng, layout)
             w.writerow(row)
             f.flush()
             n += 1

@@ -91,26 +91,31 @@ def tune(
 def bench(
     shapes: str = typer.Option("grid", help="`grid`, `models`, MxNxK[,...], or a CSV with m,n,k"),
     results: Path = typer.Option(DEFAULT_RECORDS, help="the tuner's records (give the cuBLASLt baselines)"),
-    table: Path = typer.Option(None, help="tuned table to dispatch with (default: the committed table)"),
+    table: Path = typer.Option(None, help="tuned table to dispatch with (default: the committed table of this GPU)"),
     csv_out: Path = typer.Option(DEFAULT_CSV, "--out", help="CSV, one row per shape; resumed"),
     deadline: float = typer.Option(math.inf, help="stop after this many seconds (rerun to resume)"),
     report: bool = typer.Option(True, help="write the markdown report and plots next to the CSV"),
     dtype: str = typer.Option("fp16", help="fp16 or bf16"),
+    layout: str = typer.Option("nn", help="nn: A @ B against torch.matmul; nt: x @ W.T (nn.Linear's weight) against "
+                                          "F.linear, with kernelrl on the weight laid out as gemm.patch leaves it"),
 ):
     """Time kernelrl.gemm.matmul, torch.matmul and cuBLASLt (heuristic, autotuned) in every mode."""
+    from kernelrl.gemm.bench import LAYOUTS
     from kernelrl.gemm.bench import bench as run_bench
-    from kernelrl.gemm.dispatch import Dispatcher
-    from kernelrl.gemm.table import DEFAULT_TABLE, Table, read_records
+    from kernelrl.gemm.dispatch import Dispatcher, device_table
+    from kernelrl.gemm.table import Table, read_records
 
     if dtype not in ("fp16", "bf16"):
         fail(f"dtype {dtype!r}: use fp16 or bf16")
+    if layout not in LAYOUTS:
+        fail(f"layout {layout!r}: use {' or '.join(LAYOUTS)}")
     todo = _shapes(shapes)
     if not Path(results).is_file():
         fail(f"no tuning records at {results}: run `kernelrl gemm tune` first")
     _need_cuda("bench")
     recs = {(r["m"], r["n"], r["k"], r["dtype"]): r for r in read_records(results)}
-    disp = Dispatcher(Table.load(table or DEFAULT_TABLE))
-    n = run_bench(todo, recs, disp, csv_out, dtype, deadline_s=deadline, log=out.print)
+    disp = Dispatcher(Table.load(table) if table else device_table())
+    n = run_bench(todo, recs, disp, csv_out, dtype, deadline_s=deadline, log=out.print, layout=layout)
     out.print(f"benchmarked {n} shapes into {csv_out}")
     if report:
         from kernelrl.gemm.report import write_report

@@ -257,6 +257,9 @@ def markdown(rows: list[dict], plots: list[Path] = ()) -> str:
     lines = [
         "# HGEMM on the H200: kernelrl.gemm.matmul against torch.matmul and cuBLASLt", "",
         f"{s.shapes} shapes, {dtypes} in, fp32 accumulate; device time by CUDA-graph replay unless stated.", "",
+        *(["Layout nt (x @ W.T, nn.Linear's weight (n, k) row-major): \"torch.matmul\" below is `F.linear` on "
+           "that weight; kernelrl and cuBLASLt run on the weight laid out once as (k, n) storage, as "
+           "`gemm.patch` leaves a model's layers.", ""] if any(r.get("layout") == "nt" for r in rows) else []),
         "| goal | target | measured | |", "|---|---|---|---|",
         f"| geomean speedup vs torch.matmul | >= {GOALS['vs_torch']} | {s.vs_torch:.3f} | "
         f"{ok(met['vs_torch'], f': {short_torch:.3f} short')} |",

@@ -22,9 +22,9 @@ class Inputs:
     """Rotating sets of fresh random-normal inputs and outputs so that timed calls do not all hit L2."""
 
     def __init__(self, m: int, n: int, k: int, dtype=torch.float16, sets: int | None = None,
-                 max_bytes: int = 3 << 30):
+                 max_bytes: int = 3 << 30, weights: bool = False):
         elem = torch.finfo(dtype).bits // 8
-        per_set = elem * (m * k + k * n + m * n)
+        per_set = elem * (m * k + (2 if weights else 1) * k * n + m * n)
         if sets is None:
             sets = math.ceil(3 * L2_BYTES / per_set)
         sets = max(1, min(sets, 64, max_bytes // per_set))
@@ -34,6 +34,8 @@ class Inputs:
         self.a = [torch.randn(m, k, device="cuda", dtype=dtype, generator=g) for _ in range(sets)]
         self.b = [torch.randn(k, n, device="cuda", dtype=dtype, generator=g) for _ in range(sets)]
         self.c = [torch.empty(m, n, device="cuda", dtype=dtype) for _ in range(sets)]
+        # with `weights`, each B also as an nn.Linear weight: (n, k) row-major, the same values (B = weight.T)
+        self.w = [b.t().contiguous() for b in self.b] if weights else []
         self.sets = sets
 
     def __len__(self) -> int:
@@ -64,11 +66,7 @@ def time_graph(fn, inp: Inputs, calls: int, replays: int = 5, out: bool = True) 
     """Median device time per call over `replays` replays of a graph of `calls` calls, microseconds."""
     def body():
         for i in range(calls):
-            j = i % len(inp)
-            if out:
-                fn(inp.a[j], inp.b[j], inp.c[j])
-            else:
-                fn(inp.a[j], inp.b[j])
+            _call(fn, inp, i, out)
 
     g = capture_graph(body)
     events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(replays)]
@@ -129,7 +127,7 @@ def time_graphs_placed(fns: dict[str, tuple], inp: Inputs, calls: int, rounds: i
     held = [inp]
     for p in range(placements):
         if p:
-            held.append(Inputs(inp.m, inp.n, inp.k, inp.dtype, sets=len(inp)))
+            held.append(Inputs(inp.m, inp.n, inp.k, inp.dtype, sets=len(inp), weights=bool(inp.w)))
         group: dict[str, list[float]] = {}
         time_graphs(fns, held[-1], calls, math.ceil(rounds / placements), rng, group)
         for name, ts in group.items():
@@ -168,8 +166,15 @@ def paired_ratio_ci(num: list[float], den: list[float], conf: float = 0.95) -> t
     return (statistics.median(ratios) if ratios else math.nan), lo, hi
 
 
-def _call(fn, inp: Inputs, i: int, out: bool):
+LINEAR = "linear"  # an implementation's calling convention: fn(a, weight) with the (n, k) weight (Inputs.w)
+
+
+def _call(fn, inp: Inputs, i: int, out):
+    """One call of `fn` on the i-th set of buffers: fn(a, b, c) when `out`, fn(a, weight) when `out` is LINEAR,
+    else fn(a, b)."""
     j = i % len(inp)
+    if out == LINEAR:
+        return fn(inp.a[j], inp.w[j])
     return fn(inp.a[j], inp.b[j], inp.c[j]) if out else fn(inp.a[j], inp.b[j])
 
 
