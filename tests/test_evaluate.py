@@ -225,9 +225,13 @@ def test_timing_adds_rounds_until_the_speedup_is_precise_and_reports_its_error(t
 
 
 def test_long_calls_get_fewer_calls_per_round_after_the_first(task, tmp_path):
+    with Evaluator(EvalConfig(**dict(FAST, warmup=5, cache_dir=str(tmp_path)))) as ev:  # round_us 20 ms
+        rounds = [ev._round_for(us) for us in (100.0, 2000.0, 4000.0, 10000.0)]
+    assert [r["calls"] for r in rounds] == [5, 5, 5, 5]  # FAST asks for 5 calls: never more
+    assert [r["warmup"] for r in rounds] == [5, 3, 2, 1]  # a quarter of 20 ms of warm-up, at least one call
     cfg = EvalConfig(**dict(FAST, calls_per_round=8, min_calls_per_round=3, round_us=1.0, cache_dir=str(tmp_path)))
     with Evaluator(cfg) as ev:
-        assert [ev._calls_for(us) for us in (1e-4, 0.2, 0.5, 10.0)] == [8, 5, 3, 3]  # round_us 1: ceil(1 / us)
+        assert [ev._round_for(us)["calls"] for us in (1e-4, 0.2, 10.0)] == [8, 5, 3]  # ceil(1 / us), 3 to 8
         v = judge(ev, task, "correct")
     assert v.status == "ok", v.message
     # The first round times 8 calls per program; the reference's calls took over 1 µs, so the next round 3.

@@ -542,7 +542,7 @@ class Evaluator:
             self._compile_reference(ref, task)
         ref_t, cand_t, comp_t, stderr = self._timing(task, ref, cand, left, flags, first)
         ph.mark("timing")
-        graphs = self._graphs(task, ref, cand, left, flags, first, self._calls_for(ref_t.median_us)) if (
+        graphs = self._graphs(task, ref, cand, left, flags, first, self._round_for(ref_t.median_us)) if (
             cfg.use_graphs and self.device.type == "cuda") else {}
         ph.mark("graphs")
         report = self._report(cand, left, flags, reported)
@@ -753,13 +753,16 @@ class Evaluator:
         return {"op": kind, "seed": seed, "sample_seed": secrets.randbits(62), "perm_seed": secrets.randbits(62),
                 "calls": cfg.calls_per_round, "warmup": cfg.warmup, "flush": cfg.flush_l2, **extra}
 
-    def _calls_for(self, call_us: float) -> int:
-        """Timed calls per round for programs whose calls take about `call_us`: `calls_per_round`, fewer for long
-        calls (a round of `round_us` of timed calls, at least `min_calls_per_round`). A long call's time varies
-        little; rounds, which the speedup's precision counts, are what cancel drift."""
+    def _round_for(self, call_us: float) -> dict:
+        """A round's `calls` and `warmup` for programs whose calls take about `call_us`: `calls_per_round` and
+        `warmup`, fewer for long calls (a round of `round_us` of timed calls, at least `min_calls_per_round`, after
+        a quarter of that warming up, at least one call). A long call's time varies little; rounds, which the
+        speedup's precision counts, are what cancel drift."""
         cfg = self.config
+        us = max(call_us, 1e-3)
         least = min(cfg.min_calls_per_round, cfg.calls_per_round)
-        return max(least, min(cfg.calls_per_round, math.ceil(cfg.round_us / max(call_us, 1e-3))))
+        return {"calls": max(least, min(cfg.calls_per_round, math.ceil(cfg.round_us / us))),
+                "warmup": max(min(1, cfg.warmup), min(cfg.warmup, math.ceil(cfg.round_us / 4 / us)))}
 
     def _time(self, worker: Worker, compiled: bool, timeout: float):
         h, t = worker.request(self._time_op(secrets.randbits(62), compiled=compiled), timeout)
@@ -771,11 +774,11 @@ class Evaluator:
         cfg = self.config
         ref_s, ref_w, cand_s, cand_w, comp_s, quiet, ratios = [], [], [], [], [], [], []
         seed = secrets.randbits(62)  # one base input set; every timed call gets fresh inputs drawn from it (`fresh`)
-        calls = cfg.calls_per_round  # the first round's reference times set the later rounds' calls
+        shape = {}  # the first round's reference times set the later rounds' calls and warm-up (`_round_for`)
         for r in range(max(cfg.timing_rounds, cfg.max_timing_rounds)):
             if self._precise_enough(r, ratios):
                 break
-            op = self._time_op(seed, calls=calls)
+            op = self._time_op(seed, **shape)
             order = ("ref", "cand") if r % 2 == 0 else ("cand", "ref")
             got = {}
             for who in order:
@@ -807,7 +810,7 @@ class Evaluator:
                                              "while being timed", hack="background_thread"))
             ratios.append(statistics.median(rh["times_us"]) / max(statistics.median(ch["times_us"]), 1e-9))
             if r == 0:
-                calls = self._calls_for(statistics.median(rh["times_us"]))
+                shape = self._round_for(statistics.median(rh["times_us"]))
             ref_s += rh["times_us"]
             ref_w += rh["wall_us"]
             cand_s += ch["times_us"]
@@ -830,10 +833,10 @@ class Evaluator:
         return rounds >= cfg.timing_rounds and (cfg.timing_precision <= 0
                                                 or _relative_stderr(ratios) <= cfg.timing_precision)
 
-    def _graphs(self, task, ref, cand, left, flags, first, calls: int) -> dict:
+    def _graphs(self, task, ref, cand, left, flags, first, shape: dict) -> dict:
         """CUDA-graph replay times (device time) of both programs, when both can be captured.
 
-        Rounds alternate and adapt as in `_timing` (`calls` replays each, `_calls_for` the eager reference time),
+        Rounds alternate and adapt as in `_timing` (`shape` from `_round_for` of the eager reference time),
         and every replay's outputs are checked the same way.
         With `compare_compile`, the torch.compile'd reference is replayed too (its time is None when it
         cannot be captured)."""
@@ -844,7 +847,7 @@ class Evaluator:
         for r in range(max(cfg.timing_rounds, cfg.max_timing_rounds)):
             if self._precise_enough(r, ratios):
                 break
-            op = self._time_op(seed, kind="graph", calls=calls)
+            op = self._time_op(seed, kind="graph", **shape)
             if r % 2 == 0:
                 rh, rt = ref.request(op, left())
                 ch, ct = self._ask(cand, op, left(), "graph replay")
