@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from kernelrl.evaluate.evaluator import HARNESS
-from kernelrl.sandbox import wire
+from kernelrl.sandbox import process, wire
 from kernelrl.sandbox.process import Worker
 
 needs_memfd = pytest.mark.skipif(not hasattr(os, "memfd_create"), reason="needs memfd_create (Linux)")
@@ -70,7 +70,7 @@ def test_a_tensor_entry_whose_bytes_do_not_fit_its_shape_is_malformed():
 
 
 @needs_memfd
-def test_a_worker_returns_a_large_output_through_the_spill_file_and_its_memory_is_given_back(tmp_path):
+def test_a_worker_returns_a_large_output_through_the_spill_file_and_its_memory_is_given_back(tmp_path, monkeypatch):
     task = ("import torch\nimport torch.nn as nn\n"
             "class Model(nn.Module):\n    def forward(self, x):\n        return x * 2\n"
             "def get_inputs():\n    return [torch.randn(1024, 1024)]\n"
@@ -81,7 +81,13 @@ def test_a_worker_returns_a_large_output_through_the_spill_file_and_its_memory_i
         assert header["type"] == "trial", header
         torch.manual_seed(11)
         assert torch.equal(outs["out0"], torch.randn(1024, 1024) * 2)
-        assert os.fstat(w._spill).st_size == 0  # truncated once read
+        assert os.fstat(w._spill).st_size == 4 << 20  # kept for the next reply: its pages are rewritten
+        header, again = w.request({"op": "trial", "seed": 12, "full": True}, 120)
+        torch.manual_seed(12)
+        assert torch.equal(again["out0"], torch.randn(1024, 1024) * 2)  # the new reply, not the kept bytes
+        monkeypatch.setattr(process, "SPILL_KEEP", 1 << 20)
+        w.request({"op": "trial", "seed": 13, "full": True}, 120)
+        assert os.fstat(w._spill).st_size == 0  # beyond SPILL_KEEP: emptied once read
 
 
 @needs_memfd
