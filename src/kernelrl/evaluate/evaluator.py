@@ -646,8 +646,9 @@ class Evaluator:
             # Reference and candidate run the same trial at once: correctness is not timed.
             op = {"op": "trial", "seed": seed, "dist": dist, "full": full}
             self._send(cand, dict(op, poison_bytes=self._out_bytes(task)), what)
+            timeout = left()  # before the reference is asked: once asked, its reply must be read
             ref.send(op)
-            reference = self._reader.submit(ref.receive, left(), onto)  # both replies are read at once
+            reference = self._reader.submit(ref.receive, timeout, onto)  # both replies are read at once
             try:
                 ch, ct = self._receive(cand, left(), what, onto)
             finally:  # the reference's reply is taken whatever the candidate did: the worker serves the next job
