@@ -5,7 +5,8 @@
 #   calibrate: KernelBench identity candidates through `kernelrl bench` (.kb/suite and .kb/identity, made by
 #   benchmarks/kernelbench_identity.py write), resuming from the committed results.jsonl; LEVEL=N for one level.
 #   SUITE_ONLY=level1/a,level2/b limits the suite step; STEP_S bounds each step (seconds); TESTS names the test
-#   files (or node ids) of the gputests step. On a machine with several GPUs, run copies side by side, one per
+#   files (or node ids) of the gputests step; GEMM_ARGS passes flags to gemm_device.py (e.g. "--shapes models
+#   --dtype bf16": the linear layers of open LLMs, benchmarked as x @ W.T). On a machine with several GPUs, run copies side by side, one per
 #   GPU: CUDA_VISIBLE_DEVICES=1 LANE=b bash benchmarks/device.sh gputests &  (LANE keeps their logs apart).
 # Carry .whl (openai and its needs, trl, datasets, nvidia-cutlass) and, for gemm, .kernelrl-cache.
 set -uo pipefail
@@ -48,7 +49,7 @@ for step in "$@"; do
     serve) timeout "$STEP_S" python3 benchmarks/serve_spread.py "$RES/serve_spread" --repeats 5 2>&1 | tail -30;;
     scaling) timeout "$STEP_S" python3 benchmarks/eval_scaling.py "${KERNELBENCH:-../shared/kernelbench}" \
                "$RES/eval_scaling" --gpus 1,2 --budget-s $(( (STEP_S - 120) / 2 )) 2>&1 | tail -10;;
-    gemm) timeout "$STEP_S" python3 benchmarks/gemm_device.py --deadline $((STEP_S - 30)) --skip-smoke 2>&1 | tail -20
+    gemm) timeout "$STEP_S" python3 benchmarks/gemm_device.py --deadline $((STEP_S - 30)) --skip-smoke ${GEMM_ARGS:-} 2>&1 | tail -20
           cp "$OUT"/gemm_* "$RES"/ 2>/dev/null;;
     *) echo "unknown step $step";;
   esac

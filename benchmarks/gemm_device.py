@@ -1,8 +1,10 @@
 """One device call for the GEMM work: build, check, tune (resuming), benchmark, test; results under $OUT.
 
 Run on the GPU machine from the repository root:
-    python3 benchmarks/gemm_device.py --deadline 500 [--shapes grid] [--skip-tests]
-Every phase resumes from the committed results, so successive calls continue where the last one stopped.
+    python3 benchmarks/gemm_device.py --deadline 500 [--shapes grid|models] [--skip-tests]
+Every phase resumes from the committed results of this GPU model (H100 or H200: `gemm_tune_h100.jsonl.gz`,
+`tuned_h100.json`, ...), so successive calls continue where the last one stopped. `--shapes models` benchmarks the
+x @ W.T layout against F.linear into `gemm_models_<gpu>.csv` (one file for both dtypes).
 """
 from __future__ import annotations
 
@@ -69,6 +71,16 @@ def environment() -> dict:
     return env
 
 
+def gpu_tag(name: str) -> str:
+    """'h100' or 'h200': the GPU model whose results and table a run continues (`table.TABLES`)."""
+    from kernelrl.gemm.table import TABLES
+
+    for model in TABLES:
+        if model in name:
+            return model.lower()
+    raise SystemExit(f"{name}: kernelrl tunes tables for {', '.join(TABLES)} only")
+
+
 def smoke() -> None:
     """Each family on a few shapes: correctness only, printed."""
     import torch
@@ -120,10 +132,12 @@ def main() -> None:
     ap.add_argument("--shapes", default="grid")
     ap.add_argument("--skip-tests", action="store_true")
     ap.add_argument("--dtype", default="fp16", choices=("fp16", "bf16"),
-                    help="the dtype the shapes are tuned and benchmarked in (bf16: into gemm_h200_bf16.csv)")
+                    help="the dtype the shapes are tuned and benchmarked in (bf16: into gemm_<gpu>_bf16.csv)")
     ap.add_argument("--no-bf16-cutlass", action="store_true",
                     help="tune bf16 without building the bf16 CUTLASS kernels (shapes the family is not searched on)")
     ap.add_argument("--skip-bench", action="store_true")
+    ap.add_argument("--layout", default=None, choices=("nn", "nt"),
+                    help="the benchmark's layout (default: nt for --shapes models, else nn)")
     ap.add_argument("--augment-dtype", default=None, choices=("fp16", "bf16"),
                     help="--augment searches the records of this dtype only (default: every dtype)")
     ap.add_argument("--seed-dtype", default="", choices=("", "fp16", "bf16"),
@@ -181,9 +195,13 @@ def main() -> None:
                                     neighbourhood, redecide, retime, seeds_from, tiled_fixed, tune)
 
     shapes = read_shapes(args.shapes)
-    csv_path = RESULTS / ("gemm_h200.csv" if args.dtype == "fp16" else f"gemm_h200_{args.dtype}.csv")
-    tune_gz = RESULTS / "gemm_tune_h200.jsonl.gz"
-    work = Path("/tmp/gemm_tune_h200.jsonl")
+    gpu = gpu_tag(env["gpu"])
+    layout = args.layout or ("nt" if args.shapes == "models" else "nn")
+    csv_path = RESULTS / (f"gemm_models_{gpu}.csv" if args.shapes == "models" else
+                          f"gemm_{gpu}.csv" if args.dtype == "fp16" else f"gemm_{gpu}_{args.dtype}.csv")
+    tune_gz = RESULTS / f"gemm_tune_{gpu}.jsonl.gz"
+    table_name = f"tuned_{gpu}.json"
+    work = Path(f"/tmp/gemm_tune_{gpu}.jsonl")
     work.unlink(missing_ok=True)  # a warm machine keeps /tmp: start from the committed records only
     if tune_gz.is_file():
         with gzip.open(tune_gz, "rb") as src, work.open("wb") as dst:
@@ -227,19 +245,19 @@ def main() -> None:
             runs = [read_rows(Path(name)) for name in args.demote_consistent.split(",")]
             log(f"demoted {demote_consistent(work, runs, log=log)} shapes slower in all of {len(runs)} benchmarks")
     finally:
-        with work.open("rb") as src, gzip.open(OUT / "gemm_tune_h200.jsonl.gz", "wb") as dst:
+        with work.open("rb") as src, gzip.open(OUT / tune_gz.name, "wb") as dst:
             shutil.copyfileobj(src, dst)
         if Path(os.environ["TRITON_CACHE_DIR"]).is_dir():  # nothing compiled, nothing cached
             with tarfile.open(OUT / "gemm_triton_cache.tar.gz", "w:gz") as t:
                 t.add(os.environ["TRITON_CACHE_DIR"], arcname="triton")
     records = read_records(work)
-    meta = {**env, "source": "benchmarks/results/gemm_tune_h200.jsonl.gz", "shapes": len(records)}
+    meta = {**env, "source": f"benchmarks/results/{tune_gz.name}", "shapes": len(records)}
     table = from_records(records, meta)
-    table.save(OUT / "tuned_h200.json")
+    table.save(OUT / table_name)
     log(f"table: {len(table.entries)} shapes, {len(table.lookup())} not torch")
     tuned = {(r["m"], r["n"], r["k"], r["dtype"]): r for r in records}
     complete = all((s.m, s.n, s.k, args.dtype) in tuned for s in shapes) and not unsearched
-    shutil.copy(OUT / "tuned_h200.json", ROOT / "src" / "kernelrl" / "gemm" / "data" / "tuned_h200.json")
+    shutil.copy(OUT / table_name, ROOT / "src" / "kernelrl" / "gemm" / "data" / table_name)
     if complete and not args.skip_tests and left(args.deadline) > 150:
         proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-m", "gpu", "-p", "no:cacheprovider",
                                *map(str, sorted((ROOT / "tests").glob("test_gemm*.py")))],
@@ -258,7 +276,8 @@ def main() -> None:
         disp = Dispatcher(table)
         log(f"bench: the dispatcher {'takes' if disp.uses_fastpath else 'has no'} C++ hot path")
         try:
-            bench(shapes, tuned, disp, work_csv, args.dtype, deadline_s=left(args.deadline) - 20, log=log)
+            bench(shapes, tuned, disp, work_csv, args.dtype, deadline_s=left(args.deadline) - 20, log=log,
+                  layout=layout)
         finally:
             if work_csv.is_file():
                 shutil.copy(work_csv, OUT / csv_path.name)
