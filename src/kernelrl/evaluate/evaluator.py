@@ -763,7 +763,7 @@ class Evaluator:
         us = max(call_us, 1e-3)
         least = min(cfg.min_calls_per_round, cfg.calls_per_round)
         return {"calls": max(least, min(cfg.calls_per_round, math.ceil(cfg.round_us / us))),
-                "warmup": max(min(1, cfg.warmup), min(cfg.warmup, math.ceil(cfg.round_us / 4 / us)))}
+                "warmup": min(cfg.warmup, max(1, math.ceil(cfg.round_us / 4 / us)))}
 
     def _time(self, worker: Worker, compiled: bool, timeout: float):
         h, t = worker.request(self._time_op(secrets.randbits(62), compiled=compiled), timeout)

@@ -293,8 +293,7 @@ class Harness:
         self._base, self._held = (None, None), None
         if self.cuda:
             self.torch.cuda.empty_cache()
-        return {"type": "rested",
-                "reserved_bytes": self.torch.cuda.memory_reserved(self.device) if self.cuda else 0}, None
+        return {"type": "rested"}, None
 
     def op_ready(self, op):
         """Answer once started (the task imported, its Model built; nothing run): the caller knows it is up."""

@@ -223,14 +223,16 @@ class _WithGrad(torch.autograd.Function):
 _is_compiling = torch.compiler.is_compiling
 
 
-def matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """A @ B for 2-D tensors: the tuned kernel for known fp16/bf16 CUDA shapes, else torch.matmul. Gradients
-    flow where an operand requires them (the backward products run on torch.matmul)."""
-    if _is_compiling():
+def matmul(a: torch.Tensor, b: torch.Tensor, dispatcher: Dispatcher | None = None) -> torch.Tensor:
+    """A @ B for 2-D tensors: the tuned kernel for known fp16/bf16 CUDA shapes, else torch.matmul; `dispatcher`
+    defaults to the committed table of this GPU. Gradients flow where an operand requires them (the backward
+    products run on torch.matmul)."""
+    if dispatcher is None and _is_compiling():
         return _gemm_mm(a, b)
+    d = dispatcher or _default or default_dispatcher()
     if torch.is_grad_enabled() and (a.requires_grad or b.requires_grad):
-        return _WithGrad.apply(a, b, _default or default_dispatcher())
-    return (_default or default_dispatcher()).matmul(a, b)
+        return _WithGrad.apply(a, b, d)
+    return d.matmul(a, b)
 
 
 def warmup(shapes, dtype=torch.float16) -> None:

@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from kernelrl.gemm.dispatch import _DTYPES, Dispatcher, _WithGrad, default_dispatcher, matmul
+from kernelrl.gemm.dispatch import _DTYPES, Dispatcher, default_dispatcher, matmul
 
 _ORIGINAL = "_kernelrl_gemm_patched"  # set on a patched module
 
@@ -33,12 +33,7 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
             and x.dtype == weight.dtype and x.device == weight.device):
         return F.linear(x, weight, bias)
     x2 = x.reshape(-1, x.shape[-1])
-    if dispatcher is None:
-        out = matmul(x2, weight.t())
-    elif torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad):
-        out = _WithGrad.apply(x2, weight.t(), dispatcher)
-    else:
-        out = dispatcher.matmul(x2, weight.t())
+    out = matmul(x2, weight.t(), dispatcher)
     if bias is not None:
         out = out + bias if torch.is_grad_enabled() and (out.requires_grad or bias.requires_grad) \
             else out.add_(bias)

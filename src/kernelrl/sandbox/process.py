@@ -31,8 +31,8 @@ _ENV_ALLOW = ("PATH", "LD_LIBRARY_PATH", "LANG", "LC_ALL", "LC_CTYPE", "TERM", "
 
 
 # A spill file keeps its pages up to this size between replies: a worker's next reply of a like size (every trial
-# of a job, every job of a kept reference worker) rewrites them instead of faulting in fresh zeroed pages, which
-# halves the cost of writing it. Larger files are emptied once read; every file goes when its worker closes.
+# of a job, every job of a kept reference worker) rewrites them instead of faulting in fresh zeroed pages. Larger
+# files are emptied once read; every file goes when its worker closes.
 SPILL_KEEP = 8 << 30
 
 
