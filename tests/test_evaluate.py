@@ -57,6 +57,33 @@ def test_a_kept_reference_worker_rests_after_each_job_and_serves_the_next(ev, ta
     assert "time" in sent and "trial" in sent
 
 
+@pytest.mark.parametrize("in_turn", [False, True])
+def test_trials_too_big_to_run_side_by_side_run_the_reference_first_with_the_same_verdicts(ev, task, monkeypatch,
+                                                                                            in_turn):
+    judge(ev, task, "correct")  # the reference worker started and kept
+    ref = ev._refs[task.digest][0]
+    order, ref_send, send = [], ref.send, ev._send
+
+    def spy_ref(op):
+        order.append(("reference", op["op"]))
+        return ref_send(op)
+
+    def spy(worker, op, what):
+        order.append(("candidate", op["op"]))
+        return send(worker, op, what)
+
+    monkeypatch.setattr(ref, "send", spy_ref)
+    monkeypatch.setattr(ev, "_send", spy)
+    monkeypatch.setattr(Evaluator, "_trials_in_turn", lambda self: in_turn)
+    assert judge(ev, task, "correct").status == "ok"
+    trials = [who for who, op in order if op == "trial"]
+    first = "reference" if in_turn else "candidate"
+    assert trials == [first, ({"reference", "candidate"} - {first}).pop()] * 4, order  # 3 trials and a repeat
+    assert judge(ev, task, "wrong").status == "incorrect"
+    assert judge(ev, task, "segfault").status == "runtime_error"
+    assert judge(ev, task, "correct").status == "ok"  # the kept reference stayed in step
+
+
 def test_wrong_candidate_is_incorrect(ev, task):
     v = judge(ev, task, "wrong")
     assert v.status == "incorrect"

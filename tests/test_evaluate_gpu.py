@@ -114,3 +114,46 @@ def test_the_reference_worker_times_on_the_cores_beside_the_gpu(ev, task):
         pytest.skip("this machine has too few cores (or no affinity) to set any aside")
     ref = next(iter(ev._refs.values()))[0]
     assert os.sched_getaffinity(ref.proc.pid) == set(ev._cpus)  # it has timed; builds ran on every core
+
+
+def _elementwise_task(numel: int) -> str:
+    return ("import torch\nimport torch.nn as nn\n"
+            "class Model(nn.Module):\n    def forward(self, x):\n        return torch.relu(x)\n"
+            f"def get_inputs():\n    return [torch.randn({numel})]\n"
+            "def get_init_inputs():\n    return []\n")
+
+
+def test_a_worker_gives_idle_device_memory_back_between_requests(tmp_path):
+    import time
+
+    import torch
+
+    from kernelrl.evaluate.evaluator import HARNESS
+    from kernelrl.sandbox.process import Worker
+
+    size = torch.cuda.get_device_properties(0).total_memory // 24  # a trial holds 3x: inputs, their copy, outputs
+    init = {"role": "reference", "device": "cuda:0", "seed": 7, "task_source": _elementwise_task(size // 4)}
+    with Worker(HARNESS, scratch_root=tmp_path, init=init) as w:
+        w.request({"op": "ready"}, 300)
+        free0 = torch.cuda.mem_get_info(0)[0]
+        header, outs = w.request({"op": "trial", "seed": 11, "full": True}, 300)
+        assert header["type"] == "trial" and outs["out0"].numel() == size // 4
+        held = []
+        for _ in range(50):  # the worker gives its cache back once the reply is out
+            held.append(free0 - torch.cuda.mem_get_info(0)[0])
+            if held[-1] < size // 2:
+                break
+            time.sleep(0.1)
+        assert held[-1] < size // 2, f"the worker still holds {held[-1] / 2**30:.1f} GiB after its reply"
+
+
+def test_a_task_whose_trials_would_fill_the_gpu_side_by_side_is_judged_ok(tmp_path):
+    import torch
+
+    numel = torch.cuda.get_device_properties(0).total_memory // 12 // 4  # inputs and outputs each 1/12 of the GPU
+    task = Task.from_source(_elementwise_task(numel), name="big_relu")
+    cand = Candidate.from_source(task.source.replace("class Model(", "class ModelNew("))
+    with Evaluator(EvalConfig(device="cuda", timing_rounds=3, timing_precision=0, timeout_s=600,
+                              cache_dir=str(tmp_path))) as ev:
+        v = ev.evaluate(task, cand)
+    assert v.status == "ok", v.message

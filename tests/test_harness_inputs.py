@@ -62,6 +62,17 @@ def test_inputs_drawn_the_same_every_time_are_permuted_instead(tmp_path):
     assert torch.equal(xs[0].sort().values, base[0].sort().values)  # the same values, reordered
 
 
+def test_a_permutation_made_in_chunks_is_the_one_made_at_once(tmp_path, monkeypatch):
+    from kernelrl.evaluate import harness
+
+    h = _harness(tmp_path, FIXED_VALUES_TASK)
+    base = h.base_inputs(5)
+    whole = h.fresh(base, 100)[0]
+    monkeypatch.setattr(harness, "PERMUTE_CHUNK", 1000)  # 4096 elements in 5 steps, the last one short
+    chunked = h.fresh(base, 100)[0]
+    assert torch.equal(chunked, whole) and not torch.equal(chunked, base[0])
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_inputs_are_drawn_on_the_gpu(tmp_path):

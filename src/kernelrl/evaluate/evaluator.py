@@ -210,6 +210,8 @@ class Evaluator:
         self._closed = False
         self.cache = self.config.cache_path
         self._device_name = torch.cuda.get_device_name(self.device) if self.device.type == "cuda" else "cpu"
+        self._device_bytes = torch.cuda.get_device_properties(self.device).total_memory \
+            if self.device.type == "cuda" else 0
         self._cpu_peaks = None
         self._phases = _Phases()
         self._spare: tuple[Worker, Path] | None = None
@@ -447,7 +449,7 @@ class Evaluator:
         if h.get("type") == "error" or h.get("problem"):
             worker.close()
             raise EvaluationError(f"{task.name}: the reference does not run: {h.get('message') or h.get('problem')}")
-        state = {"init": init, "compiled": False, "out_bytes": h.get("out_bytes", 0),
+        state = {"init": init, "compiled": False, "out_bytes": h.get("out_bytes", 0), "in_bytes": h.get("in_bytes", 0),
                  "written_bytes": h.get("written_bytes"),
                  "mutates": set(h.get("inputs_changed", [])),  # a reference may write into its inputs
                  "users": 1}  # prepared jobs and timings holding it (never evicted while held)
@@ -641,14 +643,19 @@ class Evaluator:
         plan = [(s, "task" if i % 2 == 0 else "scaled", i < self.FULL_TRIALS) for i, s in enumerate(seeds)]
         plan.append((seeds[0], "task", False))
         onto = self.device if self.device.type == "cuda" else None  # outputs compared there: a GB in milliseconds
+        in_turn = self._trials_in_turn()
         for i, (seed, dist, full) in enumerate(plan):
             what = f"trial {i + 1} ({dist} inputs)" if i < len(seeds) else "repeat of trial 1"
             # Reference and candidate run the same trial at once: correctness is not timed.
             op = {"op": "trial", "seed": seed, "dist": dist, "full": full}
-            self._send(cand, dict(op, poison_bytes=self._out_bytes(task)), what)
+            if not in_turn:
+                self._send(cand, dict(op, poison_bytes=self._out_bytes(task)), what)
             timeout = left()  # before the reference is asked: once asked, its reply must be read
             ref.send(op)
             reference = self._reader.submit(ref.receive, timeout, onto)  # both replies are read at once
+            if in_turn:
+                reference.result()  # raises here for a reference fault; the candidate has not been asked
+                self._send(cand, dict(op, poison_bytes=self._out_bytes(task)), what)
             try:
                 ch, ct = self._receive(cand, left(), what, onto)
             finally:  # the reference's reply is taken whatever the candidate did: the worker serves the next job
@@ -711,6 +718,15 @@ class Evaluator:
                 return cmp.Mismatch(False, self._incorrect_message, m.max_abs, m.max_rel, m.rel_l2,
                                     max(m.mismatched, 1))
         return cmp.Mismatch(True, "")
+
+    def _trials_in_turn(self) -> bool:
+        """Whether the reference's trial runs before the candidate's instead of beside it: when the two programs'
+        memory for a trial (inputs, their kept copies, outputs, the candidate's poisoned cache) and the evaluator's
+        copies of both outputs would fill more than half the GPU, as KernelBench's 6 GB activations do on an
+        80 GB card. Workers give such memory back between requests (`Harness.idle`)."""
+        st = self._current.state
+        need = 4 * st.get("in_bytes", 0) + 6 * st.get("out_bytes", 0)
+        return self.device.type == "cuda" and need > self._device_bytes // 2
 
     def _out_bytes(self, task: Task) -> int:
         return self._current.state["out_bytes"]

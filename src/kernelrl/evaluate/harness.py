@@ -19,6 +19,8 @@ import traceback
 from kernelrl.evaluate import buildlog, tamper
 
 SAMPLES_PER_OUTPUT = 2048  # output elements compared per timed call
+IDLE_CACHE_SHARE = 16  # between requests, cached but unused device memory above 1/16 of the GPU is given back
+PERMUTE_CHUNK = 1 << 26  # elements permuted per step in `fresh` (an int64 index of 512 MiB, not one per element)
 
 
 class Harness:
@@ -53,10 +55,12 @@ class Harness:
         if self.cuda:
             l2 = getattr(torch.cuda.get_device_properties(self.device), "L2_cache_size", 50 << 20) or (50 << 20)
             self._flush_buf = torch.empty(2 * l2 // 4 + 1024, dtype=torch.float32, device=self.device)
+            self._idle_bytes = torch.cuda.get_device_properties(self.device).total_memory // IDLE_CACHE_SHARE
             from kernelrl.evaluate.guards import l2
             self._l2 = l2
         self.fixed_inputs = set()
         self.after_reply = None  # run by the worker once the reply is sent (`sandbox.worker`)
+        self._last_op = None  # the request last answered (`idle`)
         self._redraws_vary = {}  # input index -> whether a new draw of it gives new values
         self.drawn_on_device = False  # whether the last `inputs` ran get_inputs on this worker's device
         self.precision0 = tamper.precision_flags(torch)
@@ -78,6 +82,7 @@ class Harness:
 
     # -- plumbing ---------------------------------------------------------------------------------------
     def handle(self, op: dict):
+        self._last_op = op["op"]
         if self.init_error:
             return _error("runtime_error", self.init_error)
         return getattr(self, "op_" + op["op"])(op)
@@ -170,9 +175,12 @@ class Harness:
             a = rng.randrange(1, n)
             while math.gcd(a, n) != 1:
                 a = rng.randrange(1, n)
-            idx = torch.arange(n, device=x.device, dtype=torch.int64).mul_(a).add_(rng.randrange(n)).remainder_(n)
-            out.append(x.reshape(-1)[idx].reshape(x.shape))
-            del idx
+            b = rng.randrange(n)
+            flat, new = x.reshape(-1), torch.empty(n, dtype=x.dtype, device=x.device)
+            for s in range(0, n, PERMUTE_CHUNK):
+                idx = torch.arange(s, min(s + PERMUTE_CHUNK, n), device=x.device, dtype=torch.int64)
+                new[s:s + idx.numel()] = flat[idx.mul_(a).add_(b).remainder_(n)]
+            out.append(new.reshape(x.shape))
         return out
 
     def base_inputs(self, seed: int) -> list:
@@ -294,6 +302,16 @@ class Harness:
         if self.cuda:
             self.torch.cuda.empty_cache()
         return {"type": "rested"}, None
+
+    def idle(self):
+        """Between requests (`sandbox.worker`): after a correctness trial, give cached device memory back when a
+        large part of it sits unused, as after a gigabyte trial. The reference, the candidate and the evaluator
+        share one GPU, and their trials' memory must not leave the next trial short. Timing rounds keep theirs:
+        freeing device memory while the other program is timed would disturb its times."""
+        torch = self.torch
+        if self.cuda and self._last_op in ("trial", "sample") and \
+                torch.cuda.memory_reserved(self.device) - torch.cuda.memory_allocated(self.device) > self._idle_bytes:
+            torch.cuda.empty_cache()
 
     def op_ready(self, op):
         """Answer once started (the task imported, its Model built; nothing run): the caller knows it is up."""
@@ -457,6 +475,9 @@ class Harness:
         outs, problem = self._outputs(static_out)
         if problem:
             return {"type": "graph", "unavailable": problem}, None
+        for _ in range(op.get("warmup", 3)):  # the first replays upload the graph; none of them is timed
+            graph.replay()
+        self._sync()
         gen = torch.Generator().manual_seed(op["sample_seed"])
         times, samples = [], {}
         for i in range(op["calls"]):

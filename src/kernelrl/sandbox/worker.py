@@ -66,6 +66,7 @@ def main(argv: list[str]) -> None:
     __import__(module)
     handler = getattr(sys.modules[module], cls)(spec.get("init", {}), applied, spec["scratch"])
     send_bytes = conn.send_bytes  # taken before any untrusted code can touch the class
+    idle = getattr(handler, "idle", None)  # between requests, once the reply and what it held are gone
     spill = spec.get("spill_fd")
     while True:
         try:
@@ -91,6 +92,12 @@ def main(argv: list[str]) -> None:
         if after is not None:  # work the handler left until its reply was sent (poisoning what it sent)
             try:
                 after()
+            except BaseException:
+                traceback.print_exc()
+        header = tensors = message = after = None
+        if idle is not None:
+            try:
+                idle()
             except BaseException:
                 traceback.print_exc()
 
