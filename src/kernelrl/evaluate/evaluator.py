@@ -659,7 +659,7 @@ class Evaluator:
             try:
                 ch, ct = self._receive(cand, left(), what, onto)
             finally:  # the reference's reply is taken whatever the candidate did: the worker serves the next job
-                rh, rt = reference.result()
+                (rh, rt), reference = reference.result(), None  # the future would keep its outputs alive
             _raise_reference(rh, task)
             trials += 1
             if self._trial_problem(ch, flags, i):

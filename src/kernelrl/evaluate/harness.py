@@ -85,7 +85,10 @@ class Harness:
         self._last_op = op["op"]
         if self.init_error:
             return _error("runtime_error", self.init_error)
-        return getattr(self, "op_" + op["op"])(op)
+        reply = getattr(self, "op_" + op["op"])(op)
+        if op["op"] in ("time", "graph"):  # replies of sampled elements: its device memory is free already
+            self._trim()
+        return reply
 
     def _import(self, name: str, path: str, source: str):
         with open(path, "w") as f:
@@ -304,12 +307,18 @@ class Harness:
         return {"type": "rested"}, None
 
     def idle(self):
-        """Between requests (`sandbox.worker`): after a correctness trial, give cached device memory back when a
-        large part of it sits unused, as after a gigabyte trial. The reference, the candidate and the evaluator
-        share one GPU, and their trials' memory must not leave the next trial short. Timing rounds keep theirs:
-        freeing device memory while the other program is timed would disturb its times."""
+        """Between requests (`sandbox.worker`), once a trial's outputs are sent: `_trim`."""
+        if self._last_op in ("trial", "sample"):
+            self._trim()
+
+    def _trim(self):
+        """Give cached device memory back when a large part of it sits unused, as after a gigabyte trial or timing
+        round. The reference, the candidate and the evaluator share one GPU: memory one of them cached for its
+        last request must not leave the next one's short. A timing round frees its memory before it replies, so
+        that nothing is freed while the other program is timed (`handle`); a trial, once its outputs are sent
+        (`idle`), while nothing is timed."""
         torch = self.torch
-        if self.cuda and self._last_op in ("trial", "sample") and \
+        if self.cuda and \
                 torch.cuda.memory_reserved(self.device) - torch.cuda.memory_allocated(self.device) > self._idle_bytes:
             torch.cuda.empty_cache()
 
