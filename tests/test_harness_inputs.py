@@ -62,6 +62,16 @@ def test_inputs_drawn_the_same_every_time_are_permuted_instead(tmp_path):
     assert torch.equal(xs[0].sort().values, base[0].sort().values)  # the same values, reordered
 
 
+def test_inputs_too_large_to_keep_are_drawn_again_for_each_round_with_the_same_values(tmp_path):
+    h = _harness(tmp_path, RANDOM_TASK)
+    assert h.base_inputs(5) is h.base_inputs(5)  # kept between rounds
+    h._idle_bytes = 64 * 32 * 4  # less than the inputs' bytes: none kept while the other program is timed
+    one, two = h.base_inputs(6), h.base_inputs(6)
+    assert one is not two and h._base == (None, None)
+    assert all(torch.equal(a, b) for a, b in zip(one[:2], two[:2])) and one[2] == two[2] == 3
+    assert torch.equal(h.fresh(one, 100)[0], h.fresh(two, 100)[0])
+
+
 def test_a_permutation_made_in_chunks_is_the_one_made_at_once(tmp_path, monkeypatch):
     from kernelrl.evaluate import harness
 

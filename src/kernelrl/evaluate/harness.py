@@ -52,12 +52,13 @@ class Harness:
         self._sync = torch.cuda.synchronize if self.cuda else (lambda *a: None)
         self._Event = torch.cuda.Event if self.cuda else None
         self._flush_buf = None
+        self._idle_bytes = math.inf  # cached, unused device memory a worker may keep between requests (`_trim`)
         if self.cuda:
             l2 = getattr(torch.cuda.get_device_properties(self.device), "L2_cache_size", 50 << 20) or (50 << 20)
             self._flush_buf = torch.empty(2 * l2 // 4 + 1024, dtype=torch.float32, device=self.device)
-            self._idle_bytes = torch.cuda.get_device_properties(self.device).total_memory // IDLE_CACHE_SHARE
             from kernelrl.evaluate.guards import l2
             self._l2 = l2
+            self._idle_bytes = torch.cuda.get_device_properties(self.device).total_memory // IDLE_CACHE_SHARE
         self.fixed_inputs = set()
         self.after_reply = None  # run by the worker once the reply is sent (`sandbox.worker`)
         self._last_op = None  # the request last answered (`idle`)
@@ -187,11 +188,17 @@ class Harness:
         return out
 
     def base_inputs(self, seed: int) -> list:
-        """The task's inputs for `seed`, generated once and kept: timed calls rescale them afresh."""
-        if getattr(self, "_base", (None,))[0] != seed:
-            self._base = (None, None)
-            self._base = (seed, self.inputs(seed))
-        return self._base[1]
+        """The task's inputs for `seed`, from which timed calls draw theirs afresh (`fresh`). Kept between timing
+        rounds, unless they are larger than the cache `_trim` lets a worker keep: those are drawn again for each
+        round (the same values, from the same seed), so that a program holds none of them while the other one
+        is timed."""
+        if getattr(self, "_base", (None,))[0] == seed:
+            return self._base[1]
+        self._base = (None, None)
+        xs = self.inputs(seed)
+        if sum(x.numel() * x.element_size() for x in xs if isinstance(x, self.torch.Tensor)) <= self._idle_bytes:
+            self._base = (seed, xs)
+        return xs
 
     # -- ops ---------------------------------------------------------------------------------------------
     def op_load(self, op):
