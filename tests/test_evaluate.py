@@ -275,3 +275,33 @@ def test_timing_cores_come_from_the_gpus_local_list_a_pair_per_device():
     assert pick_cores(allowed, "32-47", 0) == [0, 1]       # a list naming no allowed core is ignored
     assert pick_cores(allowed, "not a list", 0) == [0, 1]
     assert pick_cores({0, 1, 2}, "", 0) is None             # too few cores to set two aside
+
+
+STATEFUL_TASK = """
+import torch
+import torch.nn as nn
+class Model(nn.Module):  # as KernelBench's level3/33_VanillaRNN: the hidden state is replaced on every call
+    def __init__(self):
+        super().__init__()
+        self.i2h = nn.Linear(32, 16)
+        self.hidden = torch.zeros(4, 16)
+    def forward(self, x, initial_hidden):
+        self.hidden.copy_(initial_hidden)
+        self.hidden = torch.tanh(self.i2h(torch.cat((x, self.hidden), dim=1)))
+        return self.hidden * 2
+def get_inputs():
+    return [torch.rand(4, 16), torch.rand(4, 16)]
+def get_init_inputs():
+    return []
+"""
+
+
+def test_a_task_that_carries_state_between_calls_accepts_a_candidate_that_does_the_same(ev):
+    task = Task.from_source(STATEFUL_TASK, name="stateful")
+    v = ev.evaluate(task, Candidate.from_source(STATEFUL_TASK.replace("class Model(", "class ModelNew(")))
+    assert v.status == "ok", v.message
+    assert [f.severity for f in v.flags if f.check == "state"] == ["warn"]
+    replay = STATEFUL_TASK.replace("class Model(", "class ModelNew(").replace(
+        "        return self.hidden * 2", "        self.last = getattr(self, 'last', self.hidden * 2)\n"
+                                         "        return self.last")
+    assert ev.evaluate(task, Candidate.from_source(replay)).status in ("incorrect", "rejected")

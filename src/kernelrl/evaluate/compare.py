@@ -20,6 +20,18 @@ TOLERANCES = {
 # atol stays relative to the reference's RMS, so a zero output still fails on outputs of any magnitude.
 KERNELBENCH_TOLERANCE = 1e-2
 CHUNK = 1 << 26  # elements compared at a time: a gigabyte output needs no gigabytes of temporaries
+# Rounding outliers: where an output is a small difference of large intermediates (x + 0.5 for x near -0.5), one
+# rounding step of an intermediate exceeds a tolerance scaled by the output, and two honest programs (the same
+# one, on another convolution algorithm) differ there. Up to one in a million elements (at least one) may exceed
+# the tolerance, each by at most OUTLIER_FACTOR, with the relative L2 error within rtol: nothing a program could
+# skip or approximate fits in that, and any real fault (an index, a race, a shortcut) is far beyond it.
+OUTLIER_SHARE = 1e-6
+OUTLIER_FACTOR = 10.0
+
+
+def outliers_allowed(n: int) -> int:
+    """How many of `n` compared elements may be rounding outliers (`OUTLIER_SHARE`, at least one)."""
+    return max(1, math.ceil(n * OUTLIER_SHARE)) if n else 0
 
 
 def tolerance(dtype: torch.dtype, atol: float | None = None, rtol: float | None = None,
@@ -81,21 +93,25 @@ def _compare_finite(o: torch.Tensor, e: torch.Tensor, a: float, r: float, chunk:
     parts = [(o[i:i + chunk], e[i:i + chunk]) for i in range(0, n, chunk)]
     norm_e = math.sqrt(sum(float(torch.linalg.vector_norm(ec, dtype=torch.float64)) ** 2 for _, ec in parts))
     scale = norm_e / math.sqrt(n) or 1.0
-    bad, max_abs, sq_d, max_rel = 0, 0.0, 0.0, 0.0
+    bad, far, max_abs, sq_d, max_rel = 0, 0, 0.0, 0.0, 0.0
     for oc, ec in parts:
         diff = (oc - ec).abs_()
         abs_e = ec.abs()
-        bad += int((diff > abs_e * r + a * scale).sum())
+        tol = abs_e * r + a * scale
+        bad += int((diff > tol).sum())
+        far += int((diff > tol.mul_(OUTLIER_FACTOR)).sum())
+        del tol
         max_abs = max(max_abs, float(diff.max()))
         sq_d += float(torch.linalg.vector_norm(diff, dtype=torch.float64)) ** 2
         max_rel = max(max_rel, float(diff.div_(abs_e.add_(a * scale if a > 0 else 1e-30)).max()))
         del diff, abs_e
     norm_d = math.sqrt(sq_d)
     rel_l2 = norm_d / norm_e if norm_e > 0 else norm_d
-    reason = "" if bad == 0 else (f"{bad} of {n} elements outside tolerance "
-                                  f"(atol {a:g}×rms, rtol {r:g}); max abs error {max_abs:.3g}, "
-                                  f"relative L2 error {rel_l2:.3g}")
-    return Mismatch(bad == 0, reason, max_abs, max_rel, rel_l2, bad)
+    ok = bad == 0 or (far == 0 and bad <= outliers_allowed(n) and rel_l2 <= r)
+    reason = "" if ok else (f"{bad} of {n} elements outside tolerance "
+                            f"(atol {a:g}×rms, rtol {r:g}); max abs error {max_abs:.3g}, "
+                            f"relative L2 error {rel_l2:.3g}")
+    return Mismatch(ok, reason, max_abs, max_rel, rel_l2, 0 if ok else bad)
 
 
 def _compare_nonfinite(o: torch.Tensor, e: torch.Tensor, a: float, r: float) -> Mismatch:
@@ -119,7 +135,9 @@ def compare_samples(out: torch.Tensor, ref: torch.Tensor, ref_scale: float, atol
         return False
     fin = torch.isfinite(ref)
     diff = (out[fin] - ref[fin]).abs()
-    return bool((diff <= atol * ref_scale + rtol * ref[fin].abs()).all())
+    tol = atol * ref_scale + rtol * ref[fin].abs()
+    bad = int((diff > tol).sum())  # rounding outliers as in `compare`
+    return bad == 0 or (bool((diff <= OUTLIER_FACTOR * tol).all()) and bad <= outliers_allowed(diff.numel()))
 
 
 def rms(t: torch.Tensor, chunk: int = 1 << 26) -> float:

@@ -818,7 +818,13 @@ class Evaluator:
                 self._incorrect_message = f"outputs of timed calls are wrong: {bad}"
                 raise _Aborted({"status": "rejected", "flags": flags,
                                 "message": f"outputs of timed calls are wrong: {bad}"})
-            if ch.get("state_changed"):
+            if ch.get("state_changed") and rh.get("state_changed"):  # the task carries state between calls
+                if not any(f.check == "state" for f in flags):
+                    flags.append(Flag("state", f"the program changed {', '.join(ch['state_changed'][:6])} during "
+                                               "timed calls, as the reference changes "
+                                               f"{', '.join(rh['state_changed'][:6])}: the task carries state "
+                                               "between calls; timed outputs are checked as always", severity="warn"))
+            elif ch.get("state_changed"):
                 flags.append(Flag("state", f"round {r + 1}: the program changed {', '.join(ch['state_changed'][:6])} "
                                            "during timed calls: state carried between calls can replay results",
                                   hack="result_replay"))

@@ -434,13 +434,12 @@ class Harness:
     def _state(self) -> dict:
         """What a program could carry from one call to the next: its attributes and its module's globals.
 
-        Only the candidate's own objects count; honest programs precompute in __init__ or on the first
-        (warm-up) call and keep the same objects afterwards, so nothing here changes during timed calls.
+        Only the program's own objects count; honest programs precompute in __init__ or on the first
+        (warm-up) call and keep the same objects afterwards, so nothing here changes during timed calls unless
+        the task itself carries state from call to call (the reference's own changes tell).
         The objects themselves are held (not their ids), so a freed object's address cannot be reused to
         look unchanged.
         """
-        if self.role != "candidate":
-            return {}
         nn = self.torch.nn
 
         def mark(v):
@@ -455,7 +454,7 @@ class Harness:
                 elif not k.startswith(("__", "_forward", "_backward", "_state_dict", "_load_state",
                                        "_non_persistent")):  # nn.Module's hook tables
                     state[f"{name}.{k}"] = mark(v)
-        module = sys.modules.get("candidate")
+        module = sys.modules.get("candidate" if self.role == "candidate" else "kernelrl_task")
         for k, v in (vars(module).items() if module else ()):
             if not k.startswith("__") and not isinstance(v, type(sys)):
                 state[f"module.{k}"] = mark(v)
