@@ -646,7 +646,8 @@ class Evaluator:
         in_turn = self._trials_in_turn()
         for i, (seed, dist, full) in enumerate(plan):
             what = f"trial {i + 1} ({dist} inputs)" if i < len(seeds) else "repeat of trial 1"
-            # Reference and candidate run the same trial at once: correctness is not timed.
+            # Reference and candidate run the same trial at once (correctness is not timed), or in turn where
+            # their memory would not fit the GPU side by side (`_trials_in_turn`).
             op = {"op": "trial", "seed": seed, "dist": dist, "full": full}
             if not in_turn:
                 self._send(cand, dict(op, poison_bytes=self._out_bytes(task)), what)
