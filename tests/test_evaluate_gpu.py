@@ -1,9 +1,13 @@
 """The evaluator on CUDA: statuses, a load_inline CUDA kernel, a Triton kernel, and a side-stream cheat."""
+import time
 from pathlib import Path
 
 import pytest
+import torch
 
 from kernelrl.evaluate import EvalConfig, Evaluator
+from kernelrl.evaluate.evaluator import HARNESS
+from kernelrl.sandbox.process import Worker
 from kernelrl.task import Candidate, Task
 
 pytestmark = pytest.mark.gpu
@@ -124,13 +128,6 @@ def _elementwise_task(numel: int) -> str:
 
 
 def test_a_worker_gives_idle_device_memory_back_between_requests(tmp_path):
-    import time
-
-    import torch
-
-    from kernelrl.evaluate.evaluator import HARNESS
-    from kernelrl.sandbox.process import Worker
-
     size = torch.cuda.get_device_properties(0).total_memory // 24  # a trial holds 3x: inputs, their copy, outputs
     init = {"role": "reference", "device": "cuda:0", "seed": 7, "task_source": _elementwise_task(size // 4)}
     with Worker(HARNESS, scratch_root=tmp_path, init=init) as w:
@@ -148,8 +145,6 @@ def test_a_worker_gives_idle_device_memory_back_between_requests(tmp_path):
 
 
 def test_a_task_whose_trials_would_fill_the_gpu_side_by_side_is_judged_ok(tmp_path):
-    import torch
-
     numel = torch.cuda.get_device_properties(0).total_memory // 12 // 4  # inputs and outputs each 1/12 of the GPU
     task = Task.from_source(_elementwise_task(numel), name="big_relu")
     cand = Candidate.from_source(task.source.replace("class Model(", "class ModelNew("))

@@ -34,6 +34,11 @@ def outliers_allowed(n: int) -> int:
     return max(1, math.ceil(n * OUTLIER_SHARE)) if n else 0
 
 
+def _rounding_only(bad: int, far: int, n: int) -> bool:
+    """Whether `bad` of `n` elements outside the tolerance, `far` of them beyond OUTLIER_FACTOR times it, pass."""
+    return bad == 0 or (far == 0 and bad <= outliers_allowed(n))
+
+
 def tolerance(dtype: torch.dtype, atol: float | None = None, rtol: float | None = None,
               policy: str = "strict") -> tuple[float, float]:
     """(atol, rtol) for outputs of `dtype` under `policy`, task overrides first; integers and bools match exactly."""
@@ -98,8 +103,9 @@ def _compare_finite(o: torch.Tensor, e: torch.Tensor, a: float, r: float, chunk:
         diff = (oc - ec).abs_()
         abs_e = ec.abs()
         tol = abs_e * r + a * scale
-        bad += int((diff > tol).sum())
-        far += int((diff > tol.mul_(OUTLIER_FACTOR)).sum())
+        b = int((diff > tol).sum())
+        if b:  # only then is the wider bound needed
+            bad, far = bad + b, far + int((diff > tol.mul_(OUTLIER_FACTOR)).sum())
         del tol
         max_abs = max(max_abs, float(diff.max()))
         sq_d += float(torch.linalg.vector_norm(diff, dtype=torch.float64)) ** 2
@@ -107,7 +113,7 @@ def _compare_finite(o: torch.Tensor, e: torch.Tensor, a: float, r: float, chunk:
         del diff, abs_e
     norm_d = math.sqrt(sq_d)
     rel_l2 = norm_d / norm_e if norm_e > 0 else norm_d
-    ok = bad == 0 or (far == 0 and bad <= outliers_allowed(n) and rel_l2 <= r)
+    ok = _rounding_only(bad, far, n) and (bad == 0 or rel_l2 <= r)
     reason = "" if ok else (f"{bad} of {n} elements outside tolerance "
                             f"(atol {a:g}×rms, rtol {r:g}); max abs error {max_abs:.3g}, "
                             f"relative L2 error {rel_l2:.3g}")
@@ -136,8 +142,7 @@ def compare_samples(out: torch.Tensor, ref: torch.Tensor, ref_scale: float, atol
     fin = torch.isfinite(ref)
     diff = (out[fin] - ref[fin]).abs()
     tol = atol * ref_scale + rtol * ref[fin].abs()
-    bad = int((diff > tol).sum())  # rounding outliers as in `compare`
-    return bad == 0 or (bool((diff <= OUTLIER_FACTOR * tol).all()) and bad <= outliers_allowed(diff.numel()))
+    return _rounding_only(int((diff > tol).sum()), int((diff > OUTLIER_FACTOR * tol).sum()), diff.numel())
 
 
 def rms(t: torch.Tensor, chunk: int = 1 << 26) -> float:

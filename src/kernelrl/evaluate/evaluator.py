@@ -649,14 +649,15 @@ class Evaluator:
             # Reference and candidate run the same trial at once (correctness is not timed), or in turn where
             # their memory would not fit the GPU side by side (`_trials_in_turn`).
             op = {"op": "trial", "seed": seed, "dist": dist, "full": full}
+            cand_op = dict(op, poison_bytes=self._out_bytes(task))
             if not in_turn:
-                self._send(cand, dict(op, poison_bytes=self._out_bytes(task)), what)
+                self._send(cand, cand_op, what)
             timeout = left()  # before the reference is asked: once asked, its reply must be read
             ref.send(op)
             reference = self._reader.submit(ref.receive, timeout, onto)  # both replies are read at once
             if in_turn:
                 reference.result()  # raises here for a reference fault; the candidate has not been asked
-                self._send(cand, dict(op, poison_bytes=self._out_bytes(task)), what)
+                self._send(cand, cand_op, what)
             try:
                 ch, ct = self._receive(cand, left(), what, onto)
             finally:  # the reference's reply is taken whatever the candidate did: the worker serves the next job
