@@ -3,7 +3,8 @@
 # Usage on the GPU machine:  STEP_S=150 bash benchmarks/device.sh STEP [STEP ...]
 #   steps: sanity confine gputests eval throughput calibrate suite optimize train serve scaling gemm decoder
 #   calibrate: KernelBench identity candidates through `kernelrl bench` (.kb/suite and .kb/identity, made by
-#   benchmarks/kernelbench_identity.py write), resuming from the committed results.jsonl; LEVEL=N for one level.
+#   benchmarks/kernelbench_identity.py write), resuming from the committed results.jsonl of
+#   benchmarks/results/${CAL:-kernelbench_identity}_<gpu>/; LEVEL="1 2" for some levels.
 #   SUITE_ONLY=level1/a,level2/b limits the suite step; STEP_S bounds each step (seconds); TESTS names the test
 #   files (or node ids) of the gputests step; GEMM_ARGS passes flags to gemm_device.py (e.g. "--shapes models
 #   --dtype bf16": the linear layers of open LLMs, benchmarked as x @ W.T). On a machine with several GPUs, run copies side by side, one per
@@ -35,11 +36,11 @@ for step in "$@"; do
                   --sets python --modes serial,pipelined --limit 40 --budget-s $(( (STEP_S - 120) / 2 )) 2>&1 | tail -4;;
     calibrate) mkdir -p "$RES/calibration"  # resumes from the committed run on this GPU model (h100, h200)
                gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | grep -oiE 'h100|h200' | tr A-Z a-z)
-               [ -e "$RES/calibration/results.jsonl" ] || cp "benchmarks/results/kernelbench_identity_$gpu/results.jsonl" \
+               [ -e "$RES/calibration/results.jsonl" ] || cp "benchmarks/results/${CAL:-kernelbench_identity}_$gpu/results.jsonl" \
                  "$RES/calibration/" 2>/dev/null
                timeout "$STEP_S" python3 -m kernelrl.cli bench "${KB:-.kb/suite}" --candidates "${KB_ID:-.kb/identity}" \
-                 --device cuda --out "$RES/calibration" --resume --time-limit $((STEP_S - 150)) ${LEVEL:+--level $LEVEL} \
-                 2>&1 | tail -5;;
+                 --device cuda --out "$RES/calibration" --resume --time-limit $((STEP_S - 150)) \
+                 $(for l in ${LEVEL:-}; do echo --level "$l"; done) 2>&1 | tail -5;;
     decoder) timeout "$STEP_S" python3 benchmarks/gemm_decoder.py "$RES/gemm_decoder" 2>&1 | tail -12;;
     suite) timeout "$STEP_S" python3 benchmarks/suite_device.py "$RES/suite" --time-budget-s $((STEP_S - 60)) \
              ${SUITE_ONLY:+--only "$SUITE_ONLY"} 2>&1 | tail -25;;

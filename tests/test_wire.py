@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from kernelrl.evaluate.evaluator import HARNESS
-from kernelrl.sandbox import process, wire
+from kernelrl.sandbox import wire
 from kernelrl.sandbox.process import Worker
 
 needs_memfd = pytest.mark.skipif(not hasattr(os, "memfd_create"), reason="needs memfd_create (Linux)")
@@ -85,9 +85,14 @@ def test_a_worker_returns_a_large_output_through_the_spill_file_and_its_memory_i
         header, again = w.request({"op": "trial", "seed": 12, "full": True}, 120)
         torch.manual_seed(12)
         assert torch.equal(again["out0"], torch.randn(1024, 1024) * 2)  # the new reply, not the kept bytes
-        monkeypatch.setattr(process, "SPILL_KEEP", 1 << 20)
+        with pytest.raises(PermissionError):  # sealed: a mapping of the file can never lose its pages
+            os.ftruncate(w._spill, 0)
+        monkeypatch.setattr(wire, "SPILL_KEEP", 1 << 20)
         w.request({"op": "trial", "seed": 13, "full": True}, 120)
-        assert os.fstat(w._spill).st_size == 0  # beyond SPILL_KEEP: emptied once read
+        assert os.fstat(w._spill).st_blocks == 0  # beyond SPILL_KEEP: punched out once read
+        _, last = w.request({"op": "trial", "seed": 14, "full": True}, 120)
+        torch.manual_seed(14)
+        assert torch.equal(last["out0"], torch.randn(1024, 1024) * 2)
 
 
 @needs_memfd
@@ -105,3 +110,31 @@ def test_device_tensors_are_staged_through_pinned_memory_and_can_land_on_the_dev
         for k, t in sent.items():
             assert got[k].device.type == ("cuda" if onto is not None else "cpu"), k
             assert got[k].dtype == t.dtype and got[k].shape == t.shape and torch.equal(got[k].cpu(), t.cpu()), k
+
+
+@needs_memfd
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_device_tensors_move_by_dma_through_the_sealed_file_page_locked_on_both_sides():
+    dev = torch.device("cuda:0")
+    fd = wire.make_spill()
+    sender, receiver = wire.Mapped(fd), wire.Mapped(fd)  # the worker's and the parent's mappings of one file
+    try:
+        for round_ in range(3):
+            sent = {"big": torch.randn(3000, 1001, device=dev) + round_, "bf16": torch.randn(700, 1000, device=dev)
+                    .bfloat16(), "host": torch.randn(1 << 18), "strided": torch.randn(1000, 2000, device=dev).t()}
+            message = wire.encode({}, sent, fd, sender)
+            assert sender.size >= os.fstat(fd).st_size > 0  # written through the page-locked mapping
+            _, got = wire.decode(message, fd, dev, receiver)
+            assert receiver.size > 0
+            for k, t in sent.items():
+                assert got[k].device == dev and got[k].dtype == t.dtype and got[k].shape == t.shape, k
+                assert torch.equal(got[k].cpu(), t.cpu()), (round_, k)
+            if round_ == 1:  # a large reply's memory given back: both sides map the file afresh next time
+                wire.release(fd, receiver)
+                sender.drop()
+                assert os.fstat(fd).st_blocks == 0 and receiver.size == 0
+    finally:
+        sender.drop()
+        receiver.drop()
+        os.close(fd)

@@ -30,12 +30,6 @@ _ENV_ALLOW = ("PATH", "LD_LIBRARY_PATH", "LANG", "LC_ALL", "LC_CTYPE", "TERM", "
               "NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS")
 
 
-# A spill file keeps its pages up to this size between replies: a worker's next reply of a like size (every trial
-# of a job, every job of a kept reference worker) rewrites them instead of faulting in fresh zeroed pages. Larger
-# files are emptied once read; every file goes when its worker closes.
-SPILL_KEEP = 8 << 30
-
-
 class WorkerError(RuntimeError):
     """The worker did not answer: it died, hung, or sent something malformed."""
 
@@ -65,7 +59,8 @@ class Worker:
         parent_sock, child_sock = socket.socketpair()
         self._log = open(self.scratch.parent / f"{self.scratch.name}.log", "w+b")
         # Large replies' tensors come through this memory file rather than the socket (see `wire`).
-        self._spill = os.memfd_create("kernelrl-reply", os.MFD_CLOEXEC) if hasattr(os, "memfd_create") else None
+        self._spill = wire.make_spill()
+        self._mapped = wire.Mapped(self._spill) if self._spill is not None else None
         spec = {"entry": entry, "scratch": str(self.scratch), "writable": [str(p) for p in writable],
                 "confine": confine, "memory_bytes": memory_bytes, "init": init or {},
                 "affinity": list(affinity) if affinity else None, "spill_fd": self._spill}
@@ -108,13 +103,13 @@ class Worker:
         except (EOFError, OSError):
             raise self._died()
         try:
-            return wire.decode(message, self._spill, device)
+            return wire.decode(message, self._spill, device, self._mapped)
         except wire.WireError as e:
             self.kill()
             raise WorkerError("malformed", f"malformed reply from worker: {e}", self.stderr_tail())
         finally:
-            if self._spill is not None and os.fstat(self._spill).st_size > SPILL_KEEP:
-                os.ftruncate(self._spill, 0)  # the reply is read: give its memory back
+            if self._spill is not None and os.fstat(self._spill).st_size > wire.SPILL_KEEP:
+                wire.release(self._spill, self._mapped)  # the reply is read: give its memory back
 
     def _died(self) -> WorkerError:
         try:
@@ -172,6 +167,7 @@ class Worker:
             pass
         self._log.close()
         if self._spill is not None:
+            self._mapped.drop()
             os.close(self._spill)
             self._spill = None
         shutil.rmtree(self.scratch, ignore_errors=True)

@@ -5,12 +5,18 @@ tensors of an allow-listed dtype, so a forged message can at worst be wrong data
 
 Large tensors (KernelBench outputs reach gigabytes) skip the socket: with a `spill` file (a memfd the parent made
 and the worker inherited) the worker writes their bytes there and the message carries only the header. The
-parent reads them back with `preadv` into tensors it owns, so a worker that changes or truncates the file while
-it is read can at worst make its own reply wrong or short (a `WireError`), never crash the parent.
+parent reads them back into tensors it owns, so a worker that changes the file while it is read can at worst make
+its own reply wrong (or short: a `WireError`), never crash the parent. Between a GPU and the file, bytes move by
+DMA: each side maps the file and page-locks the mapping with CUDA (`Mapped`), so a gigabyte output crosses no other
+host memory. The parent seals the file against shrinking (`make_spill`), so its mapping can never lose pages under
+it; it gives a large file's memory back by punching it out (`release`) instead.
 """
 from __future__ import annotations
 
+import ctypes
+import fcntl
 import json
+import mmap
 import os
 import struct
 import threading
@@ -25,16 +31,23 @@ _DTYPES = {
 }
 MAX_HEADER = 64 << 20
 SPILL_AT = 1 << 20  # replies whose tensors hold at least this many bytes go through the spill file
+# A spill file keeps its pages (and both sides their page-locked mappings) up to this size between replies: a
+# worker's next reply of a like size (every trial of a job, every job of a kept reference worker) rewrites them
+# instead of faulting in and locking fresh pages. Larger files are punched out once read.
+SPILL_KEEP = 8 << 30
+MAP_MAX = 16 << 30  # the most of a reply the parent page-locks (a larger one is staged; what it claims is unchecked)
 
 
 class WireError(ValueError):
     """A malformed message from a worker."""
 
 
-def encode(header: dict, tensors: dict | None = None, spill: int | None = None) -> bytes:
+def encode(header: dict, tensors: dict | None = None, spill: int | None = None,
+           mapped: Mapped | None = None) -> bytes:
     """Pack a JSON-able header and named tensors (torch on any device, or numpy) into one message; with `spill` (a
     file descriptor), tensors of `SPILL_AT` bytes or more in all are written to that file instead of the message,
-    device tensors through a pinned staging buffer (no pageable copy of a gigabyte output)."""
+    device tensors by DMA into `mapped` (the file's page-locked mapping) where it can be made, else through a
+    pinned staging buffer (no pageable copy of a gigabyte output)."""
     sources, meta, offset = [], [], 0
     for name, t in (tensors or {}).items():
         dtype = str(t.dtype).replace("torch.", "")
@@ -50,6 +63,11 @@ def encode(header: dict, tensors: dict | None = None, spill: int | None = None) 
         sources.append(src)
         offset += nbytes
     spilled = spill is not None and offset >= SPILL_AT
+    host = None
+    if spilled and mapped is not None and any(not isinstance(src, np.ndarray) for src in sources):
+        if os.fstat(spill).st_size < offset:
+            os.ftruncate(spill, offset)
+        host = mapped.view(os.fstat(spill).st_size)
     blobs = []
     at = 0
     for src in sources:
@@ -58,6 +76,9 @@ def encode(header: dict, tensors: dict | None = None, spill: int | None = None) 
         elif isinstance(src, np.ndarray):
             _pwrite_all(spill, memoryview(src), at)
             at += src.size
+        elif host is not None:
+            host[at:at + src.numel()].copy_(src)  # DMA into the page-locked file; returns once the bytes are there
+            at += src.numel()
         else:
             stage = _staging()
             for i in range(0, src.numel(), STAGE_BYTES):
@@ -69,10 +90,11 @@ def encode(header: dict, tensors: dict | None = None, spill: int | None = None) 
     return b"".join([struct.pack("<Q", len(head)), head] + blobs)
 
 
-def decode(message: bytes, spill: int | None = None, device=None):
+def decode(message: bytes, spill: int | None = None, device=None, mapped: Mapped | None = None):
     """Unpack a message into (header, {name: torch.Tensor}); raises WireError on anything malformed. A message
     whose tensors were spilled is read from `spill`, the file the worker was given, straight onto `device` when
-    it is a GPU (through a pinned staging buffer), else into host memory."""
+    it is a GPU (by DMA from `mapped`, the file's page-locked mapping, where the file is sealed against shrinking;
+    else through a pinned staging buffer), else into host memory."""
     import torch
 
     if len(message) < 8:
@@ -90,8 +112,7 @@ def decode(message: bytes, spill: int | None = None, device=None):
     spilled = bool(header.pop("_spilled", False))
     if spilled and spill is None:
         raise WireError("the reply's tensors are in a spill file this worker was not given")
-    onto = torch.device(device) if device is not None else None
-    tensors = {}
+    entries = []
     for m in header.pop("_tensors", []):
         try:
             dtype, shape, off, nb = m["dtype"], [int(s) for s in m["shape"]], int(m["offset"]), int(m["nbytes"])
@@ -103,18 +124,110 @@ def decode(message: bytes, spill: int | None = None, device=None):
         item = np.dtype(_DTYPES[dtype]).itemsize
         if nb != item * int(np.prod(shape, dtype=np.int64)):
             raise WireError(f"tensor {m.get('name')!r}: {nb} bytes for shape {shape} of {dtype}")
-        if spilled and onto is not None and onto.type == "cuda":
-            t = _read_spilled_onto(spill, off, nb, m.get("name"), onto).view(getattr(torch, dtype)).reshape(shape)
+        if spilled:
+            _check_spilled(spill, off, nb, m.get("name"))
+        entries.append((str(m.get("name")), dtype, shape, off, nb))
+    onto = torch.device(device) if device is not None else None
+    to_gpu = spilled and onto is not None and onto.type == "cuda"
+    host = None
+    need = max((off + nb for *_, off, nb in entries), default=0)
+    if to_gpu and mapped is not None and 0 < need <= MAP_MAX and _sealed(spill):
+        host = mapped.view(need)  # the sealed file cannot shrink below the mapping
+    tensors = {}
+    for name, dtype, shape, off, nb in entries:
+        if to_gpu:
+            t = host[off:off + nb].to(onto, copy=True) if host is not None else \
+                _read_spilled_onto(spill, off, nb, name, onto)
+            t = t.view(getattr(torch, dtype)).reshape(shape)
         else:
             if spilled:
-                arr = _read_spilled(spill, off, nb, m.get("name")).view(_DTYPES[dtype])
+                arr = _read_spilled(spill, off, nb, name).view(_DTYPES[dtype])
             else:
                 arr = np.frombuffer(body[off:off + nb], dtype=_DTYPES[dtype]).copy()
             t = torch.from_numpy(arr).reshape(shape)
             if dtype == "bfloat16":
                 t = t.view(torch.bfloat16)
-        tensors[str(m.get("name"))] = t
+        tensors[name] = t
     return header, tensors
+
+
+def make_spill() -> int | None:
+    """A new spill file (a memfd, not inherited across exec unless passed), sealed against shrinking so that a
+    mapping of it never loses pages; None where the OS has no memfd."""
+    if not hasattr(os, "memfd_create"):
+        return None
+    fd = os.memfd_create("kernelrl-reply", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+    fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK)
+    return fd
+
+
+def _sealed(fd: int) -> bool:
+    try:
+        return bool(fcntl.fcntl(fd, fcntl.F_GET_SEALS) & fcntl.F_SEAL_SHRINK)
+    except OSError:
+        return False
+
+
+_FALLOC_PUNCH = 0x03  # FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.fallocate.argtypes = (ctypes.c_int, ctypes.c_int, ctypes.c_longlong, ctypes.c_longlong)
+
+
+def release(fd: int, mapped: Mapped | None = None) -> None:
+    """Give the spill file's memory back once its reply is read: this side's mapping is dropped and the pages
+    punched out (a sealed file keeps its size; it reads as zeros until written again)."""
+    if mapped is not None:
+        mapped.drop()
+    size = os.fstat(fd).st_size
+    if size and _libc.fallocate(fd, _FALLOC_PUNCH, 0, size) != 0:
+        os.ftruncate(fd, 0)  # a file without the seal (or a file system without hole punching)
+
+
+class Mapped:
+    """A spill file mapped into this process and page-locked with CUDA (`cudaHostRegister`), so that device tensors
+    move between it and a GPU by DMA. Kept between replies while the file is no larger than the mapping; `view`
+    gives None (the caller stages instead) where there is no GPU or the memory cannot be locked."""
+
+    def __init__(self, fd: int):
+        self.fd, self.size = fd, 0
+        self._mm, self._host, self._failed = None, None, False
+
+    def view(self, size: int):
+        """The first `size` bytes of the file as a page-locked uint8 tensor (mapping the file anew if it grew)."""
+        import torch
+
+        if self._host is not None and size <= self.size:
+            return self._host[:size]
+        self.drop()
+        if self._failed or size <= 0 or not torch.cuda.is_available():
+            return None
+        try:
+            mm = mmap.mmap(self.fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        except (OSError, ValueError):
+            self._failed = True
+            return None
+        host = torch.frombuffer(mm, dtype=torch.uint8)
+        if int(torch.cuda.cudart().cudaHostRegister(host.data_ptr(), size, 1)) != 0:  # 1: cudaHostRegisterPortable
+            self._failed = True  # e.g. a system that cannot lock this much: stage through pinned memory instead
+            del host
+            mm.close()
+            return None
+        self._mm, self._host, self.size = mm, host, size
+        return host
+
+    def drop(self) -> None:
+        """Unlock and unmap (a no-op if nothing is mapped)."""
+        if self._host is None:
+            return
+        import torch
+
+        torch.cuda.cudart().cudaHostUnregister(self._host.data_ptr())
+        self._host, self.size = None, 0
+        try:
+            self._mm.close()
+        except BufferError:  # a view of it still lives; the mapping goes with it
+            pass
+        self._mm = None
 
 
 STAGE_BYTES = 64 << 20  # the pinned host buffer device tensors are staged through
@@ -168,7 +281,6 @@ def _read_spilled_onto(fd: int, offset: int, nbytes: int, name, device):
     """`nbytes` bytes of the spill file from `offset`, in a new uint8 tensor on `device`, through pinned memory."""
     import torch
 
-    _check_spilled(fd, offset, nbytes, name)
     out = torch.empty(nbytes, dtype=torch.uint8, device=device)
     stage = _staging()
     for i in range(0, nbytes, STAGE_BYTES):
@@ -180,7 +292,6 @@ def _read_spilled_onto(fd: int, offset: int, nbytes: int, name, device):
 
 def _read_spilled(fd: int, offset: int, nbytes: int, name) -> np.ndarray:
     """`nbytes` bytes of the spill file from `offset`, in a new array; WireError if the file is shorter."""
-    _check_spilled(fd, offset, nbytes, name)
     arr = np.empty(nbytes, dtype=np.uint8)
     _preadv_all(fd, memoryview(arr), offset, name)
     return arr

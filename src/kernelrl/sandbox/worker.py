@@ -68,6 +68,7 @@ def main(argv: list[str]) -> None:
     send_bytes = conn.send_bytes  # taken before any untrusted code can touch the class
     idle = getattr(handler, "idle", None)  # between requests, once the reply and what it held are gone
     spill = spec.get("spill_fd")
+    mapped = wire.Mapped(spill) if spill is not None else None  # the spill file page-locked here (`wire`)
     while True:
         try:
             raw = conn.recv_bytes()
@@ -83,11 +84,13 @@ def main(argv: list[str]) -> None:
                                "message": f"{type(e).__name__}: {e}",
                                "traceback": traceback.format_exc()[-4000:]}, None
         try:
-            message = wire.encode(header, tensors, spill)
+            message = wire.encode(header, tensors, spill, mapped)
         except Exception as e:
             message = wire.encode({"type": "error", "kind": "runtime_error",
                                    "message": f"cannot send result: {type(e).__name__}: {e}"})
         send_bytes(message)
+        if mapped is not None and os.fstat(spill).st_size > wire.SPILL_KEEP:
+            mapped.drop()  # the parent punches a file this large out once it has read it (`wire.release`)
         after, handler.after_reply = getattr(handler, "after_reply", None), None
         if after is not None:  # work the handler left until its reply was sent (poisoning what it sent)
             try:
