@@ -131,10 +131,47 @@ def test_device_tensors_move_by_dma_through_the_sealed_file_page_locked_on_both_
                 assert got[k].device == dev and got[k].dtype == t.dtype and got[k].shape == t.shape, k
                 assert torch.equal(got[k].cpu(), t.cpu()), (round_, k)
             if round_ == 1:  # a large reply's memory given back: both sides map the file afresh next time
+                sender.drop()  # the worker's mapping goes once it has replied (`sandbox.worker`)
                 wire.release(fd, receiver)
-                sender.drop()
                 assert os.fstat(fd).st_blocks == 0 and receiver.size == 0
     finally:
         sender.drop()
         receiver.drop()
         os.close(fd)
+
+
+_TWICE = ("import torch\nimport torch.nn as nn\n"
+          "class Model(nn.Module):\n    def forward(self, x):\n        return x * 2\n"
+          "def get_inputs():\n    return [torch.randn(1024, 1024)]\n"
+          "def get_init_inputs():\n    return []\n")
+
+
+@needs_memfd
+def test_a_worker_sized_for_its_replies_ahead_says_whether_it_locked_them_and_keeps_serving(tmp_path):
+    init = {"role": "reference", "device": "cpu", "seed": 7, "task_source": _TWICE}
+    with Worker(HARNESS, scratch_root=tmp_path, init=init) as w:
+        assert w.page_lock(100, 60) is False  # below wire.SPILL_AT: not worth it, nothing asked
+        assert w.page_lock(4 << 20, 60) is False  # a worker without a GPU cannot lock; the file is sized anyway
+        assert os.fstat(w._spill).st_size == 4 << 20
+        header, outs = w.request({"op": "trial", "seed": 11, "full": True}, 120)
+        torch.manual_seed(11)
+        assert header["type"] == "trial" and torch.equal(outs["out0"], torch.randn(1024, 1024) * 2)
+
+
+@needs_memfd
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_a_worker_locked_ahead_replies_onto_the_device_without_locking_again(tmp_path, monkeypatch):
+    init = {"role": "reference", "device": "cuda", "seed": 7, "task_source": _TWICE}
+    with Worker(HARNESS, scratch_root=tmp_path, init=init) as w:
+        assert w.page_lock(4 << 20, 120) is True
+        locked = w._mapped.size
+        views = []
+        monkeypatch.setattr(wire.Mapped, "view", lambda m, size, view=wire.Mapped.view: views.append(
+            (size, m.size)) or view(m, size))
+        for seed in (11, 12):
+            header, outs = w.request({"op": "trial", "seed": seed, "full": True}, 120, "cuda")
+            assert header["type"] == "trial" and outs["out0"].is_cuda
+            _, plain = w.request({"op": "trial", "seed": seed, "full": True}, 120)  # read back on the host
+            assert torch.equal(outs["out0"].cpu(), plain["out0"]) and plain["out0"].abs().sum() > 0
+        assert w._mapped.size == locked and all(size <= have for size, have in views)  # the kept mapping served

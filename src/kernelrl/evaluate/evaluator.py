@@ -239,6 +239,7 @@ class Evaluator:
         try:
             p.cand, p.slot = self._candidate_worker(candidate)
             self._ask(p.cand, self._load_op(task, p.state, candidate), left(self.config.build_timeout_s), "build")
+            self._page_lock(p.cand, p.state)
             p.kept = True
             p.phases.mark("start_and_build")
         except _Aborted as a:  # judged without the GPU stage (its integrity report is asked for there)
@@ -453,7 +454,18 @@ class Evaluator:
                  "written_bytes": h.get("written_bytes"),
                  "mutates": set(h.get("inputs_changed", [])),  # a reference may write into its inputs
                  "users": 1}  # prepared jobs and timings holding it (never evicted while held)
+        self._page_lock(worker, state)
         return worker, state
+
+    def _page_lock(self, worker: Worker, state: dict) -> None:
+        """Page-lock a worker's spill file for its trial replies in the CPU stage (`Worker.page_lock`): locking
+        gigabytes takes seconds, which the GPU stage would otherwise wait for at the first trial."""
+        if self.device.type != "cuda" or not isinstance(state.get("out_bytes"), int):
+            return
+        try:
+            worker.page_lock(state["out_bytes"], self.config.timeout_s)
+        except WorkerError:
+            pass  # a worker that died or hung here is found out by its next request
 
     def _load_op(self, task: Task, state: dict, candidate: Candidate) -> dict:
         """The request that gives a started candidate worker its task and its candidate."""

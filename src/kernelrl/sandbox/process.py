@@ -111,6 +111,17 @@ class Worker:
             if self._spill is not None and os.fstat(self._spill).st_size > wire.SPILL_KEEP:
                 wire.release(self._spill, self._mapped)  # the reply is read: give its memory back
 
+    def page_lock(self, nbytes: int, timeout: float) -> bool:
+        """Size the spill file for replies of `nbytes` and page-lock it on both sides now (`wire.Mapped`), so that
+        those replies only move bytes, by DMA to and from a GPU; False where it is not worth it or cannot be done
+        (replies then lock or stage as they come). Only for workers whose replies go to a GPU."""
+        if self._spill is None or not wire.SPILL_AT <= nbytes <= wire.SPILL_KEEP:
+            return False
+        if os.fstat(self._spill).st_size < nbytes:
+            os.ftruncate(self._spill, nbytes)
+        header, _ = self.request({"op": "spill"}, timeout)
+        return bool(header.get("locked")) and self._mapped.view(nbytes) is not None
+
     def _died(self) -> WorkerError:
         try:
             code = self.proc.wait(timeout=5)

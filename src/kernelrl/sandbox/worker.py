@@ -77,6 +77,11 @@ def main(argv: list[str]) -> None:
         op = pickle.loads(raw)
         if op.get("op") == "exit":
             os._exit(0)
+        if op.get("op") == "spill":  # page-lock the spill file ahead of the replies that will fill it
+            size = os.fstat(spill).st_size if spill is not None else 0
+            locked = mapped is not None and 0 < size <= wire.SPILL_KEEP and mapped.view(size) is not None
+            send_bytes(wire.encode({"type": "spill", "locked": locked}))
+            continue
         try:
             header, tensors = handler.handle(op)
         except BaseException as e:  # the handler classifies known failures; this is the last net
