@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from kernelrl.evaluate.evaluator import HARNESS
-from kernelrl.sandbox import wire
+from kernelrl.sandbox import process, wire
 from kernelrl.sandbox.process import Worker
 
 needs_memfd = pytest.mark.skipif(not hasattr(os, "memfd_create"), reason="needs memfd_create (Linux)")
@@ -123,14 +123,16 @@ def test_device_tensors_move_by_dma_through_the_sealed_file_page_locked_on_both_
         for round_ in range(3):
             sent = {"big": torch.randn(3000, 1001, device=dev) + round_, "bf16": torch.randn(700, 1000, device=dev)
                     .bfloat16(), "host": torch.randn(1 << 18), "strided": torch.randn(1000, 2000, device=dev).t()}
+            nbytes = sum(t.numel() * t.element_size() for t in sent.values())
+            assert not sender.lock(nbytes)  # the file must hold the bytes first
+            os.ftruncate(fd, max(nbytes, os.fstat(fd).st_size))
+            assert sender.lock(nbytes) and receiver.lock(nbytes, dev) and receiver.view(nbytes + 1) is None
             message = wire.encode({}, sent, fd, sender)
-            assert sender.size >= os.fstat(fd).st_size > 0  # written through the page-locked mapping
             _, got = wire.decode(message, fd, dev, receiver)
-            assert receiver.size > 0
             for k, t in sent.items():
                 assert got[k].device == dev and got[k].dtype == t.dtype and got[k].shape == t.shape, k
                 assert torch.equal(got[k].cpu(), t.cpu()), (round_, k)
-            if round_ == 1:  # a large reply's memory given back: both sides map the file afresh next time
+            if round_ == 1:  # a large reply's memory given back: both sides lock the file afresh next time
                 sender.drop()  # the worker's mapping goes once it has replied (`sandbox.worker`)
                 wire.release(fd, receiver)
                 assert os.fstat(fd).st_blocks == 0 and receiver.size == 0
@@ -150,9 +152,10 @@ _TWICE = ("import torch\nimport torch.nn as nn\n"
 def test_a_worker_sized_for_its_replies_ahead_says_whether_it_locked_them_and_keeps_serving(tmp_path):
     init = {"role": "reference", "device": "cpu", "seed": 7, "task_source": _TWICE}
     with Worker(HARNESS, scratch_root=tmp_path, init=init) as w:
-        assert w.page_lock(100, 60) is False  # below wire.SPILL_AT: not worth it, nothing asked
-        assert w.page_lock(4 << 20, 60) is False  # a worker without a GPU cannot lock; the file is sized anyway
-        assert os.fstat(w._spill).st_size == 4 << 20
+        assert w.page_lock(100, 60, None) is False  # below wire.SPILL_AT: not worth it, nothing asked
+        assert w.page_lock(4 << 20, 60, None) is False  # a worker without a GPU cannot lock; the file is sized
+        assert os.fstat(w._spill).st_size == 4 << 20 and os.fstat(w._spill).st_blocks * 512 >= 4 << 20
+        w.unlock(60)
         header, outs = w.request({"op": "trial", "seed": 11, "full": True}, 120)
         torch.manual_seed(11)
         assert header["type"] == "trial" and torch.equal(outs["out0"], torch.randn(1024, 1024) * 2)
@@ -161,17 +164,24 @@ def test_a_worker_sized_for_its_replies_ahead_says_whether_it_locked_them_and_ke
 @needs_memfd
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-def test_a_worker_locked_ahead_replies_onto_the_device_without_locking_again(tmp_path, monkeypatch):
+def test_a_worker_locked_for_its_replies_sends_them_onto_the_device_through_the_lock(tmp_path, monkeypatch):
     init = {"role": "reference", "device": "cuda", "seed": 7, "task_source": _TWICE}
     with Worker(HARNESS, scratch_root=tmp_path, init=init) as w:
-        assert w.page_lock(4 << 20, 120) is True
-        locked = w._mapped.size
-        views = []
-        monkeypatch.setattr(wire.Mapped, "view", lambda m, size, view=wire.Mapped.view: views.append(
-            (size, m.size)) or view(m, size))
+        try:
+            assert w.page_lock(4 << 20, 120, "cuda") is True
+        except process.WorkerError as e:
+            pytest.fail(f"{e}: {e.stderr_tail}")
+        served = []
+        monkeypatch.setattr(wire.Mapped, "view", lambda m, size, view=wire.Mapped.view: served.append(
+            view(m, size) is not None) or view(m, size))
+        first = {}
         for seed in (11, 12):
             header, outs = w.request({"op": "trial", "seed": seed, "full": True}, 120, "cuda")
             assert header["type"] == "trial" and outs["out0"].is_cuda
             _, plain = w.request({"op": "trial", "seed": seed, "full": True}, 120)  # read back on the host
             assert torch.equal(outs["out0"].cpu(), plain["out0"]) and plain["out0"].abs().sum() > 0
-        assert w._mapped.size == locked and all(size <= have for size, have in views)  # the kept mapping served
+            first[seed] = plain["out0"]
+        assert served == [True, True]  # the parent read both device replies through its locked mapping
+        w.unlock(60)
+        _, staged = w.request({"op": "trial", "seed": 11, "full": True}, 120, "cuda")
+        assert w._mapped.size == 0 and served[-1] is False and torch.equal(staged["out0"].cpu(), first[11])

@@ -239,7 +239,7 @@ class Evaluator:
         try:
             p.cand, p.slot = self._candidate_worker(candidate)
             self._ask(p.cand, self._load_op(task, p.state, candidate), left(self.config.build_timeout_s), "build")
-            self._page_lock(p.cand, p.state)
+            self._reserve(p.cand, p.state)
             p.kept = True
             p.phases.mark("start_and_build")
         except _Aborted as a:  # judged without the GPU stage (its integrity report is asked for there)
@@ -261,11 +261,13 @@ class Evaluator:
                 self.release(prepared)
 
     def _rest(self, ref: Worker | None) -> None:
-        """Have a reference worker give back the device memory it used for the job just done (`op_rest`)."""
+        """Have a reference worker give back the device memory it used for the job just done (`op_rest`) and
+        unlock its spill file (`_lock_spills`)."""
         if ref is None or not ref.alive:
             return
         try:
             ref.request({"op": "rest"}, 60)
+            ref.unlock(60)
         except WorkerError:
             pass  # a dead or hung reference is replaced when next asked for
 
@@ -454,18 +456,34 @@ class Evaluator:
                  "written_bytes": h.get("written_bytes"),
                  "mutates": set(h.get("inputs_changed", [])),  # a reference may write into its inputs
                  "users": 1}  # prepared jobs and timings holding it (never evicted while held)
-        self._page_lock(worker, state)
+        self._reserve(worker, state)
         return worker, state
 
-    def _page_lock(self, worker: Worker, state: dict) -> None:
-        """Page-lock a worker's spill file for its trial replies in the CPU stage (`Worker.page_lock`): locking
-        gigabytes takes seconds, which the GPU stage would otherwise wait for at the first trial."""
-        if self.device.type != "cuda" or not isinstance(state.get("out_bytes"), int):
+    def _reserve(self, worker: Worker, state: dict) -> None:
+        """In the CPU stage, allocate the host memory a worker's trial replies will go through (`Worker.reserve`):
+        zeroing gigabytes takes seconds the GPU stage would otherwise wait for. Locking it waits for the GPU stage
+        (`_lock_spills`)."""
+        if self.device.type == "cuda" and isinstance(state.get("out_bytes"), int):
+            worker.reserve(state["out_bytes"])
+
+    def _lock_spills(self, ref: Worker, cand: Worker, left) -> None:
+        """Page-lock both workers' spill files for the trials' outputs, both at once (`Worker.page_lock`). Only
+        inside the GPU stage: locking and unlocking rewrite the GPU's page tables, which disturbs the timing of
+        any program running beside them. The reference's is unlocked when the job ends (`_rest`), the candidate's
+        goes with its worker."""
+        nbytes = self._current.state.get("out_bytes")
+        if self.device.type != "cuda" or not isinstance(nbytes, int):
             return
+        reference = self._reader.submit(ref.page_lock, nbytes, left(), self.device)
         try:
-            worker.page_lock(state["out_bytes"], self.config.timeout_s)
-        except WorkerError:
-            pass  # a worker that died or hung here is found out by its next request
+            cand.page_lock(nbytes, left(), self.device)
+        except WorkerError as e:
+            raise _Aborted({"status": "runtime_error", "message": f"before the trials: {e}"})
+        finally:
+            try:
+                reference.result()
+            except WorkerError:
+                pass  # a reference that died is reported by its trial
 
     def _load_op(self, task: Task, state: dict, candidate: Candidate) -> dict:
         """The request that gives a started candidate worker its task and its candidate."""
@@ -656,6 +674,7 @@ class Evaluator:
         plan.append((seeds[0], "task", False))
         onto = self.device if self.device.type == "cuda" else None  # outputs compared there: a GB in milliseconds
         in_turn = self._trials_in_turn()
+        self._lock_spills(ref, cand, left)
         for i, (seed, dist, full) in enumerate(plan):
             what = f"trial {i + 1} ({dist} inputs)" if i < len(seeds) else "repeat of trial 1"
             # Reference and candidate run the same trial at once (correctness is not timed), or in turn where

@@ -61,6 +61,7 @@ class Worker:
         # Large replies' tensors come through this memory file rather than the socket (see `wire`).
         self._spill = wire.make_spill()
         self._mapped = wire.Mapped(self._spill) if self._spill is not None else None
+        self._locked = False  # whether the worker holds its side of the spill file page-locked
         spec = {"entry": entry, "scratch": str(self.scratch), "writable": [str(p) for p in writable],
                 "confine": confine, "memory_bytes": memory_bytes, "init": init or {},
                 "affinity": list(affinity) if affinity else None, "spill_fd": self._spill}
@@ -111,16 +112,38 @@ class Worker:
             if self._spill is not None and os.fstat(self._spill).st_size > wire.SPILL_KEEP:
                 wire.release(self._spill, self._mapped)  # the reply is read: give its memory back
 
-    def page_lock(self, nbytes: int, timeout: float) -> bool:
-        """Size the spill file for replies of `nbytes` and page-lock it on both sides now (`wire.Mapped`), so that
-        those replies only move bytes, by DMA to and from a GPU; False where it is not worth it or cannot be done
-        (replies then lock or stage as they come). Only for workers whose replies go to a GPU."""
+    def reserve(self, nbytes: int) -> None:
+        """Allocate the spill file's pages for replies of `nbytes` ahead of them (host memory only; nothing is
+        locked), so that locking it later (`page_lock`) need not fault in and zero gigabytes."""
         if self._spill is None or not wire.SPILL_AT <= nbytes <= wire.SPILL_KEEP:
-            return False
+            return
         if os.fstat(self._spill).st_size < nbytes:
             os.ftruncate(self._spill, nbytes)
-        header, _ = self.request({"op": "spill"}, timeout)
-        return bool(header.get("locked")) and self._mapped.view(nbytes) is not None
+        try:
+            os.posix_fallocate(self._spill, 0, nbytes)
+        except OSError:
+            pass  # no room now: the pages come as the replies are written
+
+    def page_lock(self, nbytes: int, timeout: float, device) -> bool:
+        """Page-lock the spill file for replies of `nbytes` on both sides at once (`wire.Mapped`), so that those
+        replies move by DMA onto `device`; False where it is not worth it or cannot be done (replies are then
+        staged). Raises WorkerError like `request`. Undo with `unlock`."""
+        if self._spill is None or not wire.SPILL_AT <= nbytes <= wire.SPILL_KEEP:
+            return False
+        self.reserve(nbytes)
+        self.send({"op": "spill", "lock": True})
+        mine = self._mapped.lock(nbytes, device)  # while the worker locks its own mapping
+        header, _ = self.receive(timeout)
+        self._locked = bool(header.get("locked"))
+        return mine and self._locked
+
+    def unlock(self, timeout: float) -> None:
+        """Undo `page_lock` on both sides (the file keeps its pages)."""
+        if self._mapped is None or not (self._mapped.size or self._locked):
+            return
+        self._mapped.drop()
+        self._locked = False
+        self.request({"op": "spill", "lock": False}, timeout)
 
     def _died(self) -> WorkerError:
         try:

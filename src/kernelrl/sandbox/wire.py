@@ -7,8 +7,8 @@ Large tensors (KernelBench outputs reach gigabytes) skip the socket: with a `spi
 and the worker inherited) the worker writes their bytes there and the message carries only the header. The
 parent reads them back into tensors it owns, so a worker that changes the file while it is read can at worst make
 its own reply wrong (or short: a `WireError`), never crash the parent. Between a GPU and the file, bytes move by
-DMA: each side maps the file and page-locks the mapping with CUDA (`Mapped`), so a gigabyte output crosses no other
-host memory. The parent seals the file against shrinking (`make_spill`), so its mapping can never lose pages under
+DMA where both sides have mapped the file and page-locked the mapping with CUDA (`Mapped`), so a gigabyte output
+crosses no other host memory. The parent seals the file against shrinking (`make_spill`), so its mapping can never lose pages under
 it; it gives a large file's memory back by punching it out (`release`) instead.
 """
 from __future__ import annotations
@@ -35,7 +35,6 @@ SPILL_AT = 1 << 20  # replies whose tensors hold at least this many bytes go thr
 # worker's next reply of a like size (every trial of a job, every job of a kept reference worker) rewrites them
 # instead of faulting in and locking fresh pages. Larger files are punched out once read.
 SPILL_KEEP = 8 << 30
-MAP_MAX = 16 << 30  # the most of a reply the parent page-locks (a larger one is staged; what it claims is unchecked)
 
 
 class WireError(ValueError):
@@ -46,8 +45,8 @@ def encode(header: dict, tensors: dict | None = None, spill: int | None = None,
            mapped: Mapped | None = None) -> bytes:
     """Pack a JSON-able header and named tensors (torch on any device, or numpy) into one message; with `spill` (a
     file descriptor), tensors of `SPILL_AT` bytes or more in all are written to that file instead of the message,
-    device tensors by DMA into `mapped` (the file's page-locked mapping) where it can be made, else through a
-    pinned staging buffer (no pageable copy of a gigabyte output)."""
+    device tensors by DMA into `mapped` (the file's page-locked mapping) where it is locked and large enough, else
+    through a pinned staging buffer (no pageable copy of a gigabyte output)."""
     sources, meta, offset = [], [], 0
     for name, t in (tensors or {}).items():
         dtype = str(t.dtype).replace("torch.", "")
@@ -63,11 +62,7 @@ def encode(header: dict, tensors: dict | None = None, spill: int | None = None,
         sources.append(src)
         offset += nbytes
     spilled = spill is not None and offset >= SPILL_AT
-    host = None
-    if spilled and mapped is not None and any(not isinstance(src, np.ndarray) for src in sources):
-        if os.fstat(spill).st_size < offset:
-            os.ftruncate(spill, offset)
-        host = mapped.view(os.fstat(spill).st_size)
+    host = mapped.view(offset) if spilled and mapped is not None else None
     blobs = []
     at = 0
     for src in sources:
@@ -93,8 +88,8 @@ def encode(header: dict, tensors: dict | None = None, spill: int | None = None,
 def decode(message: bytes, spill: int | None = None, device=None, mapped: Mapped | None = None):
     """Unpack a message into (header, {name: torch.Tensor}); raises WireError on anything malformed. A message
     whose tensors were spilled is read from `spill`, the file the worker was given, straight onto `device` when
-    it is a GPU (by DMA from `mapped`, the file's page-locked mapping, where the file is sealed against shrinking;
-    else through a pinned staging buffer), else into host memory."""
+    it is a GPU (by DMA from `mapped`, the file's page-locked mapping, where it is locked and the file is sealed
+    against shrinking; else through a pinned staging buffer), else into host memory."""
     import torch
 
     if len(message) < 8:
@@ -131,7 +126,7 @@ def decode(message: bytes, spill: int | None = None, device=None, mapped: Mapped
     to_gpu = spilled and onto is not None and onto.type == "cuda"
     host = None
     need = max((off + nb for *_, off, nb in entries), default=0)
-    if to_gpu and mapped is not None and 0 < need <= MAP_MAX and _sealed(spill):
+    if to_gpu and mapped is not None and _sealed(spill):
         host = mapped.view(need)  # the sealed file cannot shrink below the mapping
     tensors = {}
     for name, dtype, shape, off, nb in entries:
@@ -185,38 +180,43 @@ def release(fd: int, mapped: Mapped | None = None) -> None:
 
 class Mapped:
     """A spill file mapped into this process and page-locked with CUDA (`cudaHostRegister`), so that device tensors
-    move between it and a GPU by DMA. Kept between replies while the file is no larger than the mapping; `view`
-    gives None (the caller stages instead) where there is no GPU or the memory cannot be locked."""
+    move between it and a GPU by DMA. Locked only when asked (`lock`) and kept until `drop`: locking gigabytes
+    rewrites the GPU's page tables, which must not happen while another program on the GPU is being timed, so the
+    evaluator locks and drops only inside a GPU stage. `view` gives None (the caller stages) when nothing is locked."""
 
     def __init__(self, fd: int):
         self.fd, self.size = fd, 0
-        self._mm, self._host, self._failed = None, None, False
+        self._mm, self._host = None, None
 
-    def view(self, size: int):
-        """The first `size` bytes of the file as a page-locked uint8 tensor (mapping the file anew if it grew)."""
+    def lock(self, size: int, device=None) -> bool:
+        """Map and page-lock the file's first `size` bytes for the current (or the given) CUDA device."""
         import torch
 
         if self._host is not None and size <= self.size:
-            return self._host[:size]
+            return True
         self.drop()
-        if self._failed or size <= 0 or not torch.cuda.is_available():
-            return None
+        if size <= 0 or not torch.cuda.is_available() or os.fstat(self.fd).st_size < size:
+            return False
         try:
             mm = mmap.mmap(self.fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
         except (OSError, ValueError):
-            self._failed = True
-            return None
+            return False
         host = torch.frombuffer(mm, dtype=torch.uint8)
-        if int(torch.cuda.cudart().cudaHostRegister(host.data_ptr(), size, 1)) != 0:  # 1: cudaHostRegisterPortable
-            self._failed = True  # e.g. a system that cannot lock this much: stage through pinned memory instead
+        with torch.cuda.device(device if device is not None else torch.cuda.current_device()):
+            err = int(torch.cuda.cudart().cudaHostRegister(host.data_ptr(), size, 0))
+        if err != 0:  # e.g. a system that cannot lock this much: replies are staged through pinned memory
             del host
             mm.close()
-            return None
+            return False
         self._mm, self._host, self.size = mm, host, size
-        return host
+        return True
+
+    def view(self, size: int):
+        """The locked mapping's first `size` bytes as a uint8 tensor, or None if fewer are locked."""
+        return self._host[:size] if self._host is not None and size <= self.size else None
 
     def drop(self) -> None:
-        """Unlock and unmap (a no-op if nothing is mapped)."""
+        """Unlock and unmap (a no-op if nothing is locked)."""
         if self._host is None:
             return
         import torch

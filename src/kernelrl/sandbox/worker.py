@@ -77,9 +77,11 @@ def main(argv: list[str]) -> None:
         op = pickle.loads(raw)
         if op.get("op") == "exit":
             os._exit(0)
-        if op.get("op") == "spill":  # page-lock the spill file ahead of the replies that will fill it
+        if op.get("op") == "spill":  # page-lock the spill file for the replies to come, or unlock it (`wire.Mapped`)
             size = os.fstat(spill).st_size if spill is not None else 0
-            locked = mapped is not None and 0 < size <= wire.SPILL_KEEP and mapped.view(size) is not None
+            if mapped is not None and not op.get("lock"):
+                mapped.drop()
+            locked = bool(op.get("lock")) and mapped is not None and 0 < size <= wire.SPILL_KEEP and mapped.lock(size)
             send_bytes(wire.encode({"type": "spill", "locked": locked}))
             continue
         try:
