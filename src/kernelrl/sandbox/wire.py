@@ -173,7 +173,7 @@ def release(fd: int, mapped: Mapped | None = None) -> None:
     punched out (a sealed file keeps its size; it reads as zeros until written again)."""
     if mapped is not None:
         mapped.drop()
-    size = os.fstat(fd).st_size
+    size = -(-os.fstat(fd).st_size // mmap.PAGESIZE) * mmap.PAGESIZE  # the last, partial page too
     if size and _libc.fallocate(fd, _FALLOC_PUNCH, 0, size) != 0:
         os.ftruncate(fd, 0)  # a file without the seal (or a file system without hole punching)
 
