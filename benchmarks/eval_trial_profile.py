@@ -2,11 +2,11 @@
 
 Usage: python benchmarks/eval_trial_profile.py KERNELBENCH_DIR OUT_DIR [--tasks level1/19_ReLU.py,...]
 
-Part 1, the spill path alone on one buffer of the task's output size: page-locking a mapping of a sealed spill
-file (`wire.Mapped`, first time and kept), device to file and file to device by DMA, against the staged path
-(pinned 64 MB buffer and pwrite/preadv). Part 2, one evaluation of the task's identity candidate with the parent's
+Part 1, the spill path alone on one buffer of the task's output size: allocating a sealed spill file's pages,
+page-locking a mapping of it on each side (`wire.Mapped`), device to file and file to device by DMA, unlocking,
+against the staged path (pinned 64 MB buffer and pwrite/preadv). Part 2, one evaluation of the task's identity candidate with the parent's
 side of every request timed: from sending an op to its reply's arrival (the worker's run and its encoding), the
-reply's decoding (and any page-locking in it), and each full comparison. Writes OUT_DIR/eval_trial_profile.json
+reply's decoding, the parent's page-locking, and each full comparison. Writes OUT_DIR/eval_trial_profile.json
 and prints a summary per task.
 """
 from __future__ import annotations
@@ -44,15 +44,14 @@ def spill_path(nbytes: int) -> dict:
     sender, receiver = wire.Mapped(fd), wire.Mapped(fd)
     res = {"bytes": nbytes}
     try:
-        res["lock_sender_first_s"], host = _sync_time(lambda: sender.view(nbytes))
-        res["lock_sender_kept_s"], host = _sync_time(lambda: sender.view(nbytes))
-        res["device_to_file_s"], _ = _sync_time(lambda: host.copy_(src))
-        res["lock_receiver_first_s"], rhost = _sync_time(lambda: receiver.view(nbytes))
-        res["file_to_device_s"], back = _sync_time(lambda: rhost.to("cuda", copy=True))
+        res["reserve_s"], _ = _sync_time(lambda: os.posix_fallocate(fd, 0, nbytes))
+        res["lock_sender_s"], _ = _sync_time(lambda: sender.lock(nbytes))
+        res["device_to_file_s"], _ = _sync_time(lambda: sender.view(nbytes).copy_(src))
+        res["lock_receiver_s"], _ = _sync_time(lambda: receiver.lock(nbytes, "cuda"))
+        res["file_to_device_s"], back = _sync_time(lambda: receiver.view(nbytes).to("cuda", copy=True))
         assert torch.equal(back, src)
-        del back, rhost, host
-        sender.drop()
-        receiver.drop()
+        del back
+        res["unlock_both_s"], _ = _sync_time(lambda: (sender.drop(), receiver.drop()))
         message = None
 
         def staged_encode():
@@ -82,7 +81,7 @@ class Recorder:
     def install(self):
         rec = self
         init, send, receive = process.Worker.__init__, process.Worker.send, process.Worker.receive
-        decode, view, compare = wire.decode, wire.Mapped.view, cmp.compare
+        decode, lock, compare = wire.decode, wire.Mapped.lock, cmp.compare
 
         def p_init(w, *a, **kw):
             init(w, *a, **kw)
@@ -110,13 +109,12 @@ class Recorder:
                                "s": round(time.perf_counter() - t, 4)})
             return out
 
-        def p_view(m, size):
-            t, fresh = time.perf_counter(), not (m._host is not None and size <= m.size)
-            out = view(m, size)
-            if fresh:
-                rec.events.append({"at": rec.now(), "step": "page-lock", "bytes": size,
-                                   "s": round(time.perf_counter() - t, 4), "ok": out is not None})
-            return out
+        def p_lock(m, size, device=None):
+            t = time.perf_counter()
+            ok = lock(m, size, device)
+            rec.events.append({"at": rec.now(), "step": "page-lock", "bytes": size,
+                               "s": round(time.perf_counter() - t, 4), "ok": ok})
+            return ok
 
         def p_compare(a, b, *args, **kw):
             t = time.perf_counter()
@@ -128,7 +126,7 @@ class Recorder:
             return out
 
         process.Worker.__init__, process.Worker.send, process.Worker.receive = p_init, p_send, p_receive
-        wire.decode, wire.Mapped.view, cmp.compare = p_decode, p_view, p_compare
+        wire.decode, wire.Mapped.lock, cmp.compare = p_decode, p_lock, p_compare
         ev.cmp.compare = p_compare
 
 

@@ -8,8 +8,8 @@ and the worker inherited) the worker writes their bytes there and the message ca
 parent reads them back into tensors it owns, so a worker that changes the file while it is read can at worst make
 its own reply wrong (or short: a `WireError`), never crash the parent. Between a GPU and the file, bytes move by
 DMA where both sides have mapped the file and page-locked the mapping with CUDA (`Mapped`), so a gigabyte output
-crosses no other host memory. The parent seals the file against shrinking (`make_spill`), so its mapping can never lose pages under
-it; it gives a large file's memory back by punching it out (`release`) instead.
+crosses no other host memory. The parent seals the file against shrinking (`make_spill`), so its mapping can never
+lose pages under it; it gives a large file's memory back by punching it out (`release`) instead.
 """
 from __future__ import annotations
 
@@ -159,13 +159,20 @@ def make_spill() -> int | None:
 def _sealed(fd: int) -> bool:
     try:
         return bool(fcntl.fcntl(fd, fcntl.F_GET_SEALS) & fcntl.F_SEAL_SHRINK)
-    except OSError:
+    except (OSError, AttributeError):  # not a memfd, or not Linux
         return False
 
 
 _FALLOC_PUNCH = 0x03  # FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE
-_libc = ctypes.CDLL(None, use_errno=True)
-_libc.fallocate.argtypes = (ctypes.c_int, ctypes.c_int, ctypes.c_longlong, ctypes.c_longlong)
+
+
+def _punch(fd: int, size: int) -> bool:
+    """Free the file's pages in [0, size) without changing its size (Linux `fallocate`); False where it cannot."""
+    fallocate = getattr(ctypes.CDLL(None, use_errno=True), "fallocate", None)
+    if fallocate is None:
+        return False
+    fallocate.argtypes = (ctypes.c_int, ctypes.c_int, ctypes.c_longlong, ctypes.c_longlong)
+    return fallocate(fd, _FALLOC_PUNCH, 0, size) == 0
 
 
 def release(fd: int, mapped: Mapped | None = None) -> None:
@@ -174,7 +181,7 @@ def release(fd: int, mapped: Mapped | None = None) -> None:
     if mapped is not None:
         mapped.drop()
     size = -(-os.fstat(fd).st_size // mmap.PAGESIZE) * mmap.PAGESIZE  # the last, partial page too
-    if size and _libc.fallocate(fd, _FALLOC_PUNCH, 0, size) != 0:
+    if size and not _punch(fd, size):
         os.ftruncate(fd, 0)  # a file without the seal (or a file system without hole punching)
 
 
