@@ -467,23 +467,31 @@ class Evaluator:
             worker.reserve(state["out_bytes"])
 
     def _lock_spills(self, ref: Worker, cand: Worker, left) -> None:
-        """Page-lock both workers' spill files for the full trials' outputs, both at once (`Worker.page_lock`),
-        and only for them (`_unlock_spills`): with gigabytes locked, the timed calls measured up to 3x slower at
-        times on an H100, and locking rewrites the GPU's page tables, so no lock is taken or held while anything
-        on the GPU is timed."""
+        """Page-lock both workers' spill files for the full trials' outputs (`Worker.page_lock`), and only for
+        them (`_unlock_spills`): locks taken beside another program's timing, or held while the programs were
+        timed, made timed calls noisy on an H100 (`benchmarks/results/kernelbench_l12_h100/README.md`), so no lock
+        is taken or held while anything on the GPU is timed."""
         nbytes = self._current.state.get("out_bytes")
-        if self.device.type != "cuda" or not isinstance(nbytes, int):
-            return
-        reference = self._reader.submit(ref.page_lock, nbytes, left(), self.device)
+        if self.device.type == "cuda" and isinstance(nbytes, int):
+            self._on_both(ref, cand, "before the trials", "page_lock", nbytes, left(), self.device)
+
+    def _unlock_spills(self, ref: Worker, cand: Worker) -> None:
+        """Undo `_lock_spills`."""
+        self._on_both(ref, cand, "after the full trials", "unlock", 60)
+
+    def _on_both(self, ref: Worker, cand: Worker, what: str, method: str, *args) -> None:
+        """Call a Worker `method` on both workers at once; the candidate's failure is its verdict, the reference's
+        is found out by its next request."""
+        reference = self._reader.submit(getattr(ref, method), *args)
         try:
-            cand.page_lock(nbytes, left(), self.device)
+            getattr(cand, method)(*args)
         except WorkerError as e:
-            raise _Aborted({"status": "runtime_error", "message": f"before the trials: {e}"})
+            raise _Aborted({"status": "runtime_error", "message": f"{what}: {e}"})
         finally:
             try:
                 reference.result()
             except WorkerError:
-                pass  # a reference that died is reported by its trial
+                pass
 
     def _load_op(self, task: Task, state: dict, candidate: Candidate) -> dict:
         """The request that gives a started candidate worker its task and its candidate."""
@@ -663,19 +671,6 @@ class Evaluator:
         return h, t
 
     FULL_TRIALS = 2  # trials whose outputs are compared element by element; later ones are sampled
-
-    def _unlock_spills(self, ref: Worker, cand: Worker) -> None:
-        """Undo `_lock_spills` on both workers at once."""
-        reference = self._reader.submit(ref.unlock, 60)
-        try:
-            cand.unlock(60)
-        except WorkerError as e:
-            raise _Aborted({"status": "runtime_error", "message": f"after the full trials: {e}"})
-        finally:
-            try:
-                reference.result()
-            except WorkerError:
-                pass  # a reference that died is found out by its next request
 
     def _check(self, task, ref, cand, left, flags):
         """Correctness on fresh secret seeds and two input distributions; (ErrorStats, first trial or None)."""

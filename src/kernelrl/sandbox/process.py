@@ -115,22 +115,27 @@ class Worker:
     def reserve(self, nbytes: int) -> None:
         """Allocate the spill file's pages for replies of `nbytes` ahead of them (host memory only; nothing is
         locked), so that locking it later (`page_lock`) need not fault in and zero gigabytes."""
-        if self._spill is None or not wire.SPILL_AT <= nbytes <= wire.SPILL_KEEP:
+        if not self._sized(nbytes):
             return
-        if os.fstat(self._spill).st_size < nbytes:
-            os.ftruncate(self._spill, nbytes)
         try:
             os.posix_fallocate(self._spill, 0, nbytes)
         except OSError:
             pass  # no room now: the pages come as the replies are written
 
+    def _sized(self, nbytes: int) -> bool:
+        """Grow the spill file to `nbytes` where replies that large are worth locking (else False)."""
+        if self._spill is None or not wire.SPILL_AT <= nbytes <= wire.SPILL_KEEP:
+            return False
+        if os.fstat(self._spill).st_size < nbytes:
+            os.ftruncate(self._spill, nbytes)
+        return True
+
     def page_lock(self, nbytes: int, timeout: float, device) -> bool:
         """Page-lock the spill file for replies of `nbytes` on both sides at once (`wire.Mapped`), so that those
         replies move by DMA onto `device`; False where it is not worth it or cannot be done (replies are then
         staged). Raises WorkerError like `request`. Undo with `unlock`."""
-        if self._spill is None or not wire.SPILL_AT <= nbytes <= wire.SPILL_KEEP:
+        if not self._sized(nbytes):  # its pages were allocated by `reserve` in the CPU stage
             return False
-        self.reserve(nbytes)
         self.send({"op": "spill", "lock": True})
         mine = self._mapped.lock(nbytes, device)  # while the worker locks its own mapping
         header, _ = self.receive(timeout)

@@ -107,7 +107,7 @@ def decode(message: bytes, spill: int | None = None, device=None, mapped: Mapped
     spilled = bool(header.pop("_spilled", False))
     if spilled and spill is None:
         raise WireError("the reply's tensors are in a spill file this worker was not given")
-    entries = []
+    entries, file_size = [], os.fstat(spill).st_size if spilled else 0
     for m in header.pop("_tensors", []):
         try:
             dtype, shape, off, nb = m["dtype"], [int(s) for s in m["shape"]], int(m["offset"]), int(m["nbytes"])
@@ -119,15 +119,15 @@ def decode(message: bytes, spill: int | None = None, device=None, mapped: Mapped
         item = np.dtype(_DTYPES[dtype]).itemsize
         if nb != item * int(np.prod(shape, dtype=np.int64)):
             raise WireError(f"tensor {m.get('name')!r}: {nb} bytes for shape {shape} of {dtype}")
-        if spilled:
-            _check_spilled(spill, off, nb, m.get("name"))
+        if spilled and off + nb > file_size:
+            raise WireError(f"tensor {m.get('name')!r} lies beyond the end of the spill file")
         entries.append((str(m.get("name")), dtype, shape, off, nb))
     onto = torch.device(device) if device is not None else None
     to_gpu = spilled and onto is not None and onto.type == "cuda"
     host = None
-    need = max((off + nb for *_, off, nb in entries), default=0)
-    if to_gpu and mapped is not None and _sealed(spill):
-        host = mapped.view(need)  # the sealed file cannot shrink below the mapping
+    if to_gpu and mapped is not None and mapped.size:
+        host = mapped.view(max((off + nb for *_, off, nb in entries), default=0))
+        host = host if host is not None and _sealed(spill) else None  # a sealed file cannot shrink below it
     tensors = {}
     for name, dtype, shape, off, nb in entries:
         if to_gpu:
@@ -187,9 +187,9 @@ def release(fd: int, mapped: Mapped | None = None) -> None:
 
 class Mapped:
     """A spill file mapped into this process and page-locked with CUDA (`cudaHostRegister`), so that device tensors
-    move between it and a GPU by DMA. Locked only when asked (`lock`) and kept until `drop`: locking gigabytes
-    rewrites the GPU's page tables, which must not happen while another program on the GPU is being timed, so the
-    evaluator locks and drops only inside a GPU stage. `view` gives None (the caller stages) when nothing is locked."""
+    move between it and a GPU by DMA. Locked only when asked (`lock`) and kept until `drop`: the evaluator holds
+    locks only around its full-comparison trials (`Evaluator._lock_spills` says why). `view` gives None (the
+    caller stages) when nothing is locked."""
 
     def __init__(self, fd: int):
         self.fd, self.size = fd, 0
@@ -277,11 +277,6 @@ def _preadv_all(fd: int, view: memoryview, at: int, name) -> None:
         if got <= 0:
             raise WireError(f"tensor {name!r}: the spill file ended while it was read")
         view, at = view[got:], at + got
-
-
-def _check_spilled(fd: int, offset: int, nbytes: int, name) -> None:
-    if offset + nbytes > os.fstat(fd).st_size:
-        raise WireError(f"tensor {name!r} lies beyond the end of the spill file")
 
 
 def _read_spilled_onto(fd: int, offset: int, nbytes: int, name, device):

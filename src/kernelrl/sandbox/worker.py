@@ -78,10 +78,12 @@ def main(argv: list[str]) -> None:
         if op.get("op") == "exit":
             os._exit(0)
         if op.get("op") == "spill":  # page-lock the spill file for the replies to come, or unlock it (`wire.Mapped`)
-            size = os.fstat(spill).st_size if spill is not None else 0
-            if mapped is not None and not op.get("lock"):
+            locked = False
+            if mapped is not None and op.get("lock"):
+                size = os.fstat(spill).st_size
+                locked = 0 < size <= wire.SPILL_KEEP and mapped.lock(size)
+            elif mapped is not None:
                 mapped.drop()
-            locked = bool(op.get("lock")) and mapped is not None and 0 < size <= wire.SPILL_KEEP and mapped.lock(size)
             send_bytes(wire.encode({"type": "spill", "locked": locked}))
             continue
         try:
@@ -96,7 +98,7 @@ def main(argv: list[str]) -> None:
             message = wire.encode({"type": "error", "kind": "runtime_error",
                                    "message": f"cannot send result: {type(e).__name__}: {e}"})
         send_bytes(message)
-        if mapped is not None and os.fstat(spill).st_size > wire.SPILL_KEEP:
+        if mapped is not None and mapped.size and os.fstat(spill).st_size > wire.SPILL_KEEP:
             mapped.drop()  # the parent punches a file this large out once it has read it (`wire.release`)
         after, handler.after_reply = getattr(handler, "after_reply", None), None
         if after is not None:  # work the handler left until its reply was sent (poisoning what it sent)
