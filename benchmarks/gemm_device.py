@@ -143,6 +143,9 @@ def main() -> None:
     ap.add_argument("--seed-dtype", default="", choices=("", "fp16", "bf16"),
                     help="seed the search with each shape's best kernels recorded in this dtype, and search "
                          "the families less widely (tune.SEEDED)")
+    ap.add_argument("--against-linear", action="store_true", help="time each shape of --dtype's dispatch on the "
+                    "relaid weight against F.linear (tune.against_linear: what gemm.patch decides each layer's "
+                    "layout by)")
     ap.add_argument("--skip-smoke", action="store_true")
     ap.add_argument("--bench-reserve", type=float, default=0.0, help="seconds kept for benchmarking")
     ap.add_argument("--retune-between", type=float, nargs=2, default=None, metavar=("LO_US", "HI_US"),
@@ -191,7 +194,8 @@ def main() -> None:
     from kernelrl.gemm.shapes import Shape, read_shapes
     from kernelrl.gemm.report import read_rows
     from kernelrl.gemm.table import from_records, read_records
-    from kernelrl.gemm.tune import (SEEDED, TuneOptions, augment, cutlass_runtime, demote, demote_consistent,
+    from kernelrl.gemm.tune import (SEEDED, TuneOptions, against_linear, augment, cutlass_runtime, demote,
+                                    demote_consistent,
                                     neighbourhood, redecide, retime, seeds_from, tiled_fixed, tune)
 
     shapes = read_shapes(args.shapes)
@@ -239,6 +243,9 @@ def main() -> None:
         if args.redecide and not unsearched:
             unsearched = redecide(work, shapes, deadline_s=left(args.deadline) - args.bench_reserve - 30, log=log,
                                   tag=args.redecide)
+        if args.against_linear and not unsearched:
+            unsearched = against_linear(work, shapes, deadline_s=left(args.deadline) - args.bench_reserve - 30,
+                                        log=log, dtype=args.dtype)
         if args.demote:
             log(f"demoted {demote(work, read_rows(csv_path), log=log)} shapes")
         if args.demote_consistent:

@@ -1417,7 +1417,9 @@ def test_report_of_the_nt_layout_says_its_torch_baseline_is_f_linear(tmp_path):
     rows = read_rows(_csv(tmp_path))
     for r in rows:
         r["layout"] = "nt"
-    assert "`F.linear` on that weight" in markdown(rows)
+    md = markdown(rows)
+    assert "`F.linear` on that weight" in md
+    assert "| geomean speedup vs torch.matmul | >= 1.1 |" in md and "| >= 1.03 |" in md  # the linear layers' goals
 
 
 def test_report_says_by_how_much_and_where_the_speedup_goal_is_missed(tmp_path):
@@ -1478,6 +1480,24 @@ def test_report_reads_a_gzipped_benchmark_csv_as_the_plain_one(tmp_path):
     packed.write_bytes(gzip.compress(plain.read_bytes()))
     assert read_rows(packed) == read_rows(plain) and len(read_rows(packed)) == 3
     assert write_report(packed, tmp_path / "a").read_text() == write_report(plain, tmp_path / "b").read_text()
+
+
+def test_a_report_of_two_dtypes_holds_a_goal_table_and_plots_for_each_and_names_the_gpu(tmp_path):
+    import csv as _csvmod
+
+    rows = read_rows(_csv(tmp_path, speedup=1.01))
+    for r in rows[:1]:
+        r["dtype"] = "bf16"
+    path = tmp_path / "gemm_models_h100.csv"
+    with path.open("w", newline="") as f:
+        w = _csvmod.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    md = write_report(path, tmp_path / "out", "gemm_models_h100").read_text()
+    assert md.count("# HGEMM on the H100") == 2 and "(bf16)" in md and "(fp16)" in md
+    assert "1 shapes, bf16 in" in md and "2 shapes, fp16 in" in md
+    assert {p.name for p in (tmp_path / "out").glob("*.png")} == {
+        f"gemm_models_h100_{d}_{kind}.png" for d in ("bf16", "fp16") for kind in ("speedup", "families")}
 
 
 def test_report_writes_markdown_and_plots(tmp_path):

@@ -1,5 +1,6 @@
 """GPU specifications of kernelrl.gemm: every family is correct, the dispatch is correct over many shapes,
 adds no allocation or synchronisation, and works under CUDA graphs and torch.compile."""
+import json
 import random
 
 import pytest
@@ -388,8 +389,36 @@ def test_an_nt_layout_row_times_f_linear_against_the_relaid_weight():
     record = {"dtype": "fp16", "cublaslt_heuristic": None, "cublaslt_autotune": None}
     row = bench_shape(s, torch.float16, record, d, L2Flusher(), random.Random(0), layout="nt")
     assert row["layout"] == "nt" and row["kernel"] == tiled and row["rel_err"] < 2 * row["torch_rel_err"]
+    assert row["weight"] == "relaid"  # a tuned kernel and no F.linear times: patch lays the layer out
     assert 0.9 < row[PAIRED["torch_control"]] < 1.1  # F.linear against itself
     assert row["torch_us"] > 0 and row["kernelrl_us"] > 0
+    # measured slower than F.linear at one token count: patch keeps the layer's weight, the row times F.linear
+    d = Dispatcher(Table((Entry(s.m, s.n, s.k, "fp16", tiled, 1.0, 1.0, 0.9),)))
+    row = bench_shape(s, torch.float16, record, d, L2Flusher(), random.Random(0), layout="nt")
+    assert row["weight"] == "kept" and row["kernel"] == "torch" and row["rel_err"] == row["torch_rel_err"]
+    assert 0.9 < row[PAIRED["torch"]] < 1.1
+
+
+def test_timing_against_f_linear_records_each_shapes_ratio_and_resumes(tmp_path):
+    from kernelrl.gemm.table import from_records, read_records
+    from kernelrl.gemm.tune import against_linear
+
+    path = tmp_path / "records.jsonl"
+    recs = [{"m": 64, "n": 512, "k": 1024, "dtype": "fp16", "best": "tiled:64x64x128_s3_w4", "best_us": 1.0,
+             "torch_us": 1.0},
+            {"m": 128, "n": 512, "k": 1024, "dtype": "fp16", "best": "torch", "best_us": 1.0, "torch_us": 1.0},
+            {"m": 128, "n": 512, "k": 1024, "dtype": "bf16", "best": "torch", "best_us": 1.0, "torch_us": 1.0}]
+    path.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    assert against_linear(path, dtype="fp16", log=lambda _: None) == 0
+    got = {(r["m"], r["dtype"]): r for r in read_records(path)}
+    assert len(got) == 3 and "vs_linear" not in got[(128, "bf16")]  # one record per shape; the other dtype left
+    for key in ((64, "fp16"), (128, "fp16")):
+        r = got[key]
+        assert r["linear_us"] > 0 and r["relaid_us"] > 0 and r["vs_linear_ci"][0] <= r["vs_linear"] <= r["vs_linear_ci"][1]
+        assert r["vs_linear"] == pytest.approx(r["linear_us"] / r["relaid_us"], rel=0.15)
+    assert from_records(read_records(path), {}).entries[0].vs_linear == got[(64, "fp16")]["vs_linear"]
+    before = path.read_text()
+    assert against_linear(path, dtype="fp16", log=lambda _: None) == 0 and path.read_text() == before  # visited once
 
 
 def test_placed_timing_spreads_its_rounds_over_fresh_buffers_each_with_its_own_graphs():

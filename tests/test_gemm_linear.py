@@ -71,6 +71,42 @@ def test_patch_routes_the_known_layers_through_the_dispatch_and_keeps_their_resu
     assert torch.equal(model.state_dict()["0.weight"], values)
 
 
+def _layer(n, k, ratios, kernel="triton:64x64x32"):
+    """A layer's entries at token counts 1, 2, ... with their F.linear ratios (`Entry.vs_linear`)."""
+    return tuple(Entry(m, n, k, "bf16", kernel if i % 2 else "torch", 1.0, 1.0, r)
+                 for i, (m, r) in enumerate(zip(range(1, len(ratios) + 1), ratios)))
+
+
+def test_a_layer_is_relaid_only_where_the_relaid_dispatch_kept_up_with_f_linear_at_every_token_count():
+    table = Table(_layer(32, 64, [1.2, 1.0, 0.99]) + _layer(48, 32, [1.3, 1.2, 0.95])  # one count 5% slower
+                  + _layer(16, 16, [1.0, 1.005, 1.0])  # no gain worth a relayout
+                  + _layer(8, 8, [1.5, None, 1.2])  # not every count timed against F.linear: any kernel decides
+                  + _layer(4, 4, [1.0], kernel="torch"))
+    assert table.relaid_layers() == {(32, 64, "bf16"), (8, 8, "bf16")}
+    assert table.relaid_layers(floor=0.9) == {(32, 64, "bf16"), (48, 32, "bf16"), (8, 8, "bf16")}
+    # the ratio survives the table's file
+    assert Table.from_dict(table.to_dict()).relaid_layers() == table.relaid_layers()
+    assert Table.from_dict({"entries": [{"m": 1, "n": 2, "k": 3, "dtype": "bf16", "kernel": "torch", "us": 1,
+                                         "torch_us": 1}]}).entries[0].vs_linear is None  # tables made before it
+
+
+def test_patch_leaves_a_layer_to_f_linear_where_its_relaid_dispatch_was_slower_at_some_token_count():
+    model, x = _model(), torch.randn(3, 5, 64, dtype=torch.bfloat16)
+    expected = model(x)
+    d = Dispatcher(Table(_layer(32, 64, [1.2, 1.1]) + _layer(48, 32, [1.3, 0.9])), fastpath=False)
+    assert patch(model, d) == ["0"]
+    assert laid_out_for_gemm(model[0].weight) and model[2].weight.is_contiguous() and "forward" not in vars(model[2])
+    assert torch.allclose(model(x).float(), expected.float(), atol=2e-2, rtol=2e-2)
+
+
+def test_from_records_carries_the_f_linear_ratio_into_the_table():
+    from kernelrl.gemm.table import from_records
+
+    rec = {"m": 1, "n": 32, "k": 64, "dtype": "bf16", "best": "torch", "best_us": 2.0, "torch_us": 2.0}
+    assert from_records([rec], {}).entries[0].vs_linear is None
+    assert from_records([rec, {**rec, "vs_linear": 1.25}], {}).entries[0].vs_linear == 1.25
+
+
 def test_unpatch_lays_the_weights_out_as_nn_linear_does_and_restores_forward():
     model = _model()
     values = model[0].weight.detach().clone()
@@ -166,7 +202,9 @@ def test_the_nt_layout_times_torch_as_f_linear_on_the_weight_and_the_others_on_i
     assert fn is F.linear and convention == tm.LINEAR
     assert torch.allclose(tm._call(fn, inp, 0, convention), inp.a[0] @ inp.b[0], atol=1e-5)
     assert _impls(Shape(4, 5, 6), torch.float32, {"dtype": "fp32"}, _table())["torch"] == (torch.matmul, False)
-    assert columns()[:5] == ["m", "n", "k", "layout", "dtype"]
+    assert _impls(Shape(4, 5, 6), torch.float32, {"dtype": "fp32"}, _table(), "nt", kept=True)["kernelrl"] == \
+        (F.linear, tm.LINEAR)  # a layer patch leaves alone runs F.linear
+    assert columns()[:6] == ["m", "n", "k", "layout", "weight", "dtype"]
 
 
 def test_gemm_bench_refuses_an_unknown_layout_in_one_line():

@@ -36,7 +36,7 @@ LAYOUTS = ("nn", "nt")  # nn: A @ B, both row-major; nt: x @ W.T with W an nn.Li
 
 
 def columns() -> list[str]:
-    cols = ["m", "n", "k", "layout", "dtype", "torch_us", "cublaslt_heuristic_us", "cublaslt_autotune_us", "kernelrl_us",
+    cols = ["m", "n", "k", "layout", "weight", "dtype", "torch_us", "cublaslt_heuristic_us", "cublaslt_autotune_us", "kernelrl_us",
             "torch_control_us",
             "kernel", "rel_err", "torch_rel_err", "cublaslt_autotune_kernel",
             "speedup_ci_lo", "speedup_ci_hi", "control_ci_lo", "control_ci_hi",
@@ -45,11 +45,13 @@ def columns() -> list[str]:
     return cols
 
 
-def _impls(s: Shape, dtype: torch.dtype, record: dict, disp: Dispatcher, layout: str = "nn") -> dict[str, tuple]:
+def _impls(s: Shape, dtype: torch.dtype, record: dict, disp: Dispatcher, layout: str = "nn",
+           kept: bool = False) -> dict[str, tuple]:
     """impl -> (function, calling convention: takes an output argument, or `timing.LINEAR`).
 
-    In the nt layout torch is `F.linear` on the (n, k) weight, what `nn.Linear` runs; kernelrl and cuBLASLt take
-    the same weight laid out once as (k, n) storage, as `gemm.patch` leaves a model's layers."""
+    In the nt layout torch is `F.linear` on the (n, k) weight, what `nn.Linear` runs; cuBLASLt takes the same
+    weight laid out once as (k, n) storage, and so does kernelrl where `gemm.patch` lays the layer out (`kept`:
+    it leaves the layer to F.linear)."""
     out: dict[str, tuple] = {"torch": (F.linear, tm.LINEAR) if layout == "nt" else (torch.matmul, False)}
     heur = record.get("cublaslt_heuristic")
     auto = record.get("cublaslt_autotune")
@@ -57,20 +59,24 @@ def _impls(s: Shape, dtype: torch.dtype, record: dict, disp: Dispatcher, layout:
         out["cublaslt_heuristic"] = (make_launcher(heur, s.m, s.n, s.k, dtype), True)
     if auto:
         out["cublaslt_autotune"] = (make_launcher(auto, s.m, s.n, s.k, dtype), True)
-    out["kernelrl"] = (disp, False)
+    out["kernelrl"] = (F.linear, tm.LINEAR) if kept else (disp, False)
     return out
 
 
 def bench_shape(s: Shape, dtype: torch.dtype, record: dict, disp: Dispatcher, flusher: tm.L2Flusher,
-                rng: random.Random, layout: str = "nn") -> dict:
-    """Every implementation in every mode on one shape; the CSV row."""
+                rng: random.Random, layout: str = "nn", relaid: set | None = None) -> dict:
+    """Every implementation in every mode on one shape; the CSV row. `relaid`: the layers `gemm.patch` lays
+    out (`Table.relaid_layers`, nt layout only; default: the dispatcher's table's)."""
+    kept = layout == "nt" and (s.n, s.k, record["dtype"]) not in (
+        disp.table.relaid_layers() if relaid is None else relaid)
     row: dict = {"m": s.m, "n": s.n, "k": s.k, "layout": layout, "dtype": record["dtype"],
-                 "kernel": disp.kernel_for(s.m, s.n, s.k, dtype),
+                 "weight": "" if layout == "nn" else "kept" if kept else "relaid",
+                 "kernel": "torch" if kept else disp.kernel_for(s.m, s.n, s.k, dtype),
                  "cublaslt_autotune_kernel": record.get("cublaslt_autotune") or ""}
-    impls = _impls(s, dtype, record, disp, layout)
+    impls = _impls(s, dtype, record, disp, layout, kept)
     a, b = chk.random_inputs(s.m, s.n, s.k, dtype)
     ref = chk.reference(a, b)
-    row["rel_err"] = chk.rel_err(disp(a, b), ref)
+    row["rel_err"] = chk.rel_err(F.linear(a, b.t().contiguous()) if kept else disp(a, b), ref)
     row["torch_rel_err"] = chk.rel_err(F.linear(a, b.t().contiguous()) if layout == "nt" else torch.matmul(a, b),
                                        ref)
     del ref, a, b
@@ -126,6 +132,7 @@ def bench(shapes: list[Shape], records: dict[tuple, dict], disp: Dispatcher, out
     new = not out.is_file()
     flusher = tm.L2Flusher()
     rng = random.Random(12345)
+    relaid = disp.table.relaid_layers()
     n = 0
     with out.open("a", newline="") as f:
         w = csv.DictWriter(f, fieldnames=columns(), extrasaction="ignore")
@@ -135,9 +142,11 @@ def bench(shapes: list[Shape], records: dict[tuple, dict], disp: Dispatcher, out
             if time.perf_counter() - t0 + estimate_torch_us(s) * 200 / 1e6 > deadline_s:
                 log(f"deadline reached: {len(todo) - n} shapes left to benchmark")
                 break
-            row = bench_shape(s, DTYPE_NAMES[dtype], records[(s.m, s.n, s.k, dtype)], disp, flusher, rng, layout)
+            row = bench_shape(s, DTYPE_NAMES[dtype], records[(s.m, s.n, s.k, dtype)], disp, flusher, rng, layout,
+                              relaid)
             w.writerow(row)
             f.flush()
             n += 1
-            log(f"bench {s}: torch {row['torch_us']:.2f} kernelrl {row['kernelrl_us']:.2f} us ({row['kernel'][:40]})")
+            log(f"bench {s}: torch {row['torch_us']:.2f} kernelrl {row['kernelrl_us']:.2f} us ({row['kernel'][:40]}"
+                f"{', weight kept' if row['weight'] == 'kept' else ''})")
     return n

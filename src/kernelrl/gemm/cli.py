@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import math
+import time
 from pathlib import Path
 
 import typer
@@ -51,6 +52,9 @@ def tune(
     deadline: float = typer.Option(math.inf, help="stop after this many seconds (rerun to resume)"),
     seed_dtype: str = typer.Option(None, help="seed each shape's search with its best kernels recorded in this "
                                               "dtype (fp16 or bf16) and search the families less widely"),
+    against_linear: bool = typer.Option(None, "--linear/--no-linear", help="also time each shape's dispatch on "
+                                        "the relaid weight against F.linear, which gemm.patch decides each layer's "
+                                        "layout by (default: with --shapes models)"),
 ):
     """Search every family's pruned candidates per shape; append records; write the table."""
     from kernelrl.gemm.table import from_records, read_records, table_path_for
@@ -74,10 +78,16 @@ def tune(
     if path is None:
         fail(f"no committed table belongs to {torch.cuda.get_device_name()}: give --table PATH")
 
+    t0 = time.monotonic()
     with plain_results(results) as work:
         seeds = seeds_from(work, seed_dtype) if seed_dtype else None
         n = run_tune(todo, work, dtype, opt=SEEDED if seeds else TuneOptions(), deadline_s=deadline,
                      log=out.print, seeds=seeds)
+        if against_linear or (against_linear is None and shapes == "models"):
+            from kernelrl.gemm.tune import against_linear as time_against_linear
+
+            time_against_linear(work, todo, deadline_s=deadline - (time.monotonic() - t0), log=out.print,
+                                dtype=dtype)
         records = read_records(work)
     meta = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
             "cublaslt_version": cublaslt.version(), "source": str(results), "shapes": len(records)}

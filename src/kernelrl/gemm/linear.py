@@ -3,7 +3,10 @@
 `nn.Linear` computes `x @ W.T` with `W` stored (out, in); the tuned kernels take B as a row-major (in, out)
 matrix. So `patch` lays each known layer's weight out once as (in, out) storage and keeps `weight` as its
 (out, in) transposed view: the Parameter object, its values and its shape stay the same (optimizers,
-`state_dict` and `F.linear` see the layer as before) and no memory is added. `linear` sends a weight laid out so
+`state_dict` and `F.linear` see the layer as before) and no memory is added. The storage order decides which
+kernels cuBLAS and the tuned families run, and on some layers F.linear on the (out, in) weight is the faster
+at some token counts: a layer is laid out only where the table measured the dispatch on the relaid weight
+within 2% of F.linear on every tuned token count and faster over them (`Table.relaid_layers`). `linear` sends a weight laid out so
 through the dispatch, with `x` flattened to two dimensions (a view when `x` is contiguous); the dispatch runs
 the tuned kernel where the table has one for the product's (m, n, k, dtype) and torch.mm elsewhere. Any other
 weight goes to `F.linear`. `unpatch` lays the weights out as `nn.Linear` makes them and restores `forward`.
@@ -41,11 +44,12 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
 
 
 def patch(model: nn.Module, dispatcher: Dispatcher | None = None) -> list[str]:
-    """Route every `nn.Linear` of `model` whose (out, in, dtype) the table has tuned kernels for through `linear`;
-    return the names of the modules patched. Others keep `nn.Linear.forward`. Without `dispatcher`, only layers
-    on a CUDA device are patched, against the committed table of this GPU."""
+    """Route every `nn.Linear` of `model` whose (out, in, dtype) the table lays out for its kernels
+    (`Table.relaid_layers`: measured faster than F.linear over the tuned token counts) through `linear`; return
+    the names of the modules patched. Others keep `nn.Linear.forward`. Without `dispatcher`, only layers on a
+    CUDA device are patched, against the committed table of this GPU."""
     d = dispatcher or default_dispatcher()
-    known = {(n, k, dtype) for (_, n, k, dtype) in d.table.lookup()}
+    known = d.table.relaid_layers()
     done = []
     for name, mod in model.named_modules():
         if not isinstance(mod, nn.Linear) or hasattr(mod, _ORIGINAL):

@@ -10,6 +10,13 @@ from pathlib import Path
 from kernelrl.gemm.bench import EAGER_MODES, IMPLS, PAIRED
 
 GOALS = {"vs_torch": 1.15, "vs_autotune": 1.05, "worst_vs_torch": 0.98, "err_ratio": 2.0}
+# the goals of the nt layout (the linear layers of models, against F.linear)
+LINEAR_GOALS = {**GOALS, "vs_torch": 1.10, "vs_autotune": 1.03}
+
+
+def goals_for(rows: list[dict]) -> dict:
+    """The goals a benchmark's rows are held to: LINEAR_GOALS for the nt layout, GOALS otherwise."""
+    return LINEAR_GOALS if rows and all(r.get("layout") == "nt" for r in rows) else GOALS
 SIZE_CLASSES = ((0, 5), (5, 10), (10, 30), (30, 100), (100, 1000), (1000, math.inf))  # torch device time, us
 
 
@@ -78,11 +85,11 @@ class Summary:
     surely_below_098: int | None = None
     control_surely_below_098: int | None = None
 
-    def goal_met(self) -> dict[str, bool]:
-        return {"vs_torch": self.vs_torch >= GOALS["vs_torch"],
-                "vs_autotune": self.vs_autotune >= GOALS["vs_autotune"],
-                "worst_vs_torch": self.worst_vs_torch >= GOALS["worst_vs_torch"],
-                "err_ratio": self.worst_err_ratio <= GOALS["err_ratio"]}
+    def goal_met(self, goals: dict = GOALS) -> dict[str, bool]:
+        return {"vs_torch": self.vs_torch >= goals["vs_torch"],
+                "vs_autotune": self.vs_autotune >= goals["vs_autotune"],
+                "worst_vs_torch": self.worst_vs_torch >= goals["worst_vs_torch"],
+                "err_ratio": self.worst_err_ratio <= goals["err_ratio"]}
 
 
 def summarise(rows: list[dict]) -> Summary:
@@ -187,9 +194,10 @@ def gap_by(rows: list[dict], groups: list[tuple[str, list[dict]]], target: float
 
 def _gap_lines(rows: list[dict], s: Summary) -> list[str]:
     """The report's section on where the speedup goal is missed (none where it is met)."""
-    if s.goal_met()["vs_torch"]:
+    goals = goals_for(rows)
+    if s.goal_met(goals)["vs_torch"]:
         return []
-    target = GOALS["vs_torch"]
+    target = goals["vs_torch"]
     lines = ["## Where the speedup goal is missed", "",
              f"The geomean vs torch.matmul is {s.vs_torch:.3f}, {target - s.vs_torch:.3f} short of {target} "
              f"({(target - s.vs_torch) / target:.1%} of the target). Each group's share of the shortfall is its part "
@@ -246,28 +254,31 @@ def plot(rows: list[dict], out_dir: Path, prefix: str = "gemm_h200") -> list[Pat
     return paths
 
 
-def markdown(rows: list[dict], plots: list[Path] = ()) -> str:
+def markdown(rows: list[dict], plots: list[Path] = (), gpu: str = "H200") -> str:
     """The report: goal table (met or not, by how much), where the speedup goal is missed, per-mode and per-size
     speedups, worst shapes."""
     s = summarise(rows)
-    met = s.goal_met()
+    goals = goals_for(rows)
+    met = s.goal_met(goals)
     ok = lambda b, short="": "met" if b else f"**not met**{short}"
     dtypes = "/".join(sorted({r.get("dtype") or "fp16" for r in rows}))
-    short_torch, short_autotune = GOALS["vs_torch"] - s.vs_torch, GOALS["vs_autotune"] - s.vs_autotune
+    short_torch, short_autotune = goals["vs_torch"] - s.vs_torch, goals["vs_autotune"] - s.vs_autotune
     lines = [
-        "# HGEMM on the H200: kernelrl.gemm.matmul against torch.matmul and cuBLASLt", "",
+        f"# HGEMM on the {gpu}: kernelrl.gemm.matmul against torch.matmul and cuBLASLt ({dtypes})", "",
         f"{s.shapes} shapes, {dtypes} in, fp32 accumulate; device time by CUDA-graph replay unless stated.", "",
         *(["Layout nt (x @ W.T, nn.Linear's weight (n, k) row-major): \"torch.matmul\" below is `F.linear` on "
-           "that weight; kernelrl and cuBLASLt run on the weight laid out once as (k, n) storage, as "
-           "`gemm.patch` leaves a model's layers.", ""] if any(r.get("layout") == "nt" for r in rows) else []),
+           "that weight; cuBLASLt runs on the weight laid out once as (k, n) storage, and so does kernelrl on the "
+           "layers `gemm.patch` lays out (column `weight`: relaid); on the others it is F.linear itself "
+           f"({sum(r.get('weight') == 'kept' for r in rows)} shapes).", ""]
+          if any(r.get("layout") == "nt" for r in rows) else []),
         "| goal | target | measured | |", "|---|---|---|---|",
-        f"| geomean speedup vs torch.matmul | >= {GOALS['vs_torch']} | {s.vs_torch:.3f} | "
+        f"| geomean speedup vs torch.matmul | >= {goals['vs_torch']} | {s.vs_torch:.3f} | "
         f"{ok(met['vs_torch'], f': {short_torch:.3f} short')} |",
-        f"| geomean speedup vs cuBLASLt autotune | >= {GOALS['vs_autotune']} | {s.vs_autotune:.3f} | "
+        f"| geomean speedup vs cuBLASLt autotune | >= {goals['vs_autotune']} | {s.vs_autotune:.3f} | "
         f"{ok(met['vs_autotune'], f': {short_autotune:.3f} short')} |",
-        f"| worst shape vs torch.matmul | >= {GOALS['worst_vs_torch']} | {s.worst_vs_torch:.3f} "
+        f"| worst shape vs torch.matmul | >= {goals['worst_vs_torch']} | {s.worst_vs_torch:.3f} "
         f"({s.below_098} shapes below) | {ok(met['worst_vs_torch'], f': {s.below_098} shapes')} |",
-        f"| error / torch's error, worst | <= {GOALS['err_ratio']} | {s.worst_err_ratio:.2f} | "
+        f"| error / torch's error, worst | <= {goals['err_ratio']} | {s.worst_err_ratio:.2f} | "
         f"{ok(met['err_ratio'], f': {s.err_over_2x} shapes')} |", "",
         *([f"Graph-mode speedups are per shape the median over the timing rounds of the two times' ratio within "
            f"a round (every implementation replayed once per round, in a shuffled order). The ratio of each "
@@ -322,7 +333,13 @@ def write_report(csv_path: Path, out_dir: Path, prefix: str = "gemm_h200") -> Pa
     """Plots and the markdown report next to each other; returns the markdown's path."""
     rows = read_rows(csv_path)
     out_dir.mkdir(parents=True, exist_ok=True)
-    plots = plot(rows, out_dir, prefix)
+    gpu = next((g.upper() for g in ("h100", "h200") if g in prefix), "GPU")
+    dtypes = sorted({r.get("dtype") or "fp16" for r in rows})
+    parts = []
+    for dtype in dtypes:  # a report per dtype where the file holds several (the goals are per dtype)
+        these = [r for r in rows if (r.get("dtype") or "fp16") == dtype] if len(dtypes) > 1 else rows
+        name = f"{prefix}_{dtype}" if len(dtypes) > 1 else prefix
+        parts.append(markdown(these, plot(these, out_dir, name), gpu))
     md = out_dir / f"{prefix}_report.md"
-    md.write_text(markdown(rows, plots))
+    md.write_text("\n".join(parts))
     return md

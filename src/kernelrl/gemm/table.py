@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import math
 import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -11,6 +12,10 @@ DATA = Path(__file__).parent / "data"
 # kernels are built for sm_90a). `kernelrl gemm tune` writes the table of the GPU it runs on.
 TABLES = {"H200": "tuned_h200.json", "H100": "tuned_h100.json"}
 DEFAULT_TABLE = DATA / TABLES["H200"]
+# `Table.relaid_layers`: a layer's weight is laid out for the tuned kernels when, against F.linear on the weight
+# as nn.Linear keeps it, no tuned token count is slower than RELAY_FLOOR and their geometric mean gains RELAY_GAIN.
+RELAY_FLOOR = 0.98
+RELAY_GAIN = 1.01
 
 
 def table_path_for(device_name: str, capability: tuple[int, int]) -> Path | None:
@@ -35,6 +40,7 @@ class Entry:
     kernel: str
     us: float
     torch_us: float
+    vs_linear: float | None = None  # F.linear's time on the (n, k) weight over this entry's on the relaid weight
 
     @property
     def key(self) -> tuple[int, int, int, str]:
@@ -43,7 +49,8 @@ class Entry:
     @classmethod
     def from_dict(cls, d: dict) -> "Entry":
         return cls(int(d["m"]), int(d["n"]), int(d["k"]), str(d["dtype"]), str(d["kernel"]),
-                   float(d["us"]), float(d["torch_us"]))
+                   float(d["us"]), float(d["torch_us"]),
+                   None if d.get("vs_linear") is None else float(d["vs_linear"]))
 
 
 @dataclass(frozen=True)
@@ -56,6 +63,24 @@ class Table:
     def lookup(self) -> dict[tuple[int, int, int, str], str]:
         """(m, n, k, dtype) -> kernel name, for shapes whose winner is not torch.matmul."""
         return {e.key: e.kernel for e in self.entries if e.kernel != "torch"}
+
+    def relaid_layers(self, floor: float = RELAY_FLOOR, gain: float = RELAY_GAIN) -> set[tuple[int, int, str]]:
+        """The (n, k, dtype) layers whose weight `gemm.patch` lays out as (k, n) storage for the dispatch. Where
+        every entry of a layer was timed against F.linear (`tune.against_linear`): those whose every token count
+        reads at least `floor` and whose geometric mean reaches `gain`; the others keep nn.Linear's weight and
+        F.linear. Where the table holds no such times for a layer: the layers with a tuned kernel."""
+        layers: dict[tuple[int, int, str], list[Entry]] = {}
+        for e in self.entries:
+            layers.setdefault((e.n, e.k, e.dtype), []).append(e)
+        out = set()
+        for key, entries in layers.items():
+            ratios = [e.vs_linear for e in entries]
+            if None not in ratios:
+                if min(ratios) >= floor and math.exp(sum(map(math.log, ratios)) / len(ratios)) >= gain:
+                    out.add(key)
+            elif any(e.kernel != "torch" for e in entries):
+                out.add(key)
+        return out
 
     def to_dict(self) -> dict:
         return {"meta": self.meta, "entries": [asdict(e) for e in sorted(self.entries, key=lambda e: e.key)]}
@@ -81,7 +106,7 @@ class Table:
 
     def without_family(self, family: str) -> "Table":
         """The table with every entry of `family` replaced by torch (e.g. cuBLASLt blobs of another version)."""
-        ents = tuple(Entry(e.m, e.n, e.k, e.dtype, "torch", e.torch_us, e.torch_us)
+        ents = tuple(Entry(e.m, e.n, e.k, e.dtype, "torch", e.torch_us, e.torch_us, None)
                      if e.kernel.split(":", 1)[0] == family else e for e in self.entries)
         return Table(ents, self.meta)
 
@@ -90,7 +115,7 @@ def from_records(records: list[dict], meta: dict) -> Table:
     """A table from the tuner's per-shape records (the last record of a shape wins)."""
     by_key: dict[tuple, Entry] = {}
     for r in records:
-        e = Entry(r["m"], r["n"], r["k"], r["dtype"], r["best"], r["best_us"], r["torch_us"])
+        e = Entry(r["m"], r["n"], r["k"], r["dtype"], r["best"], r["best_us"], r["torch_us"], r.get("vs_linear"))
         by_key[e.key] = e
     return Table(tuple(by_key.values()), meta)
 

@@ -551,6 +551,51 @@ def _revisit(path: Path, names_for, tag: str, shapes: list[Shape] | None, opt: T
     return len(todo) - n
 
 
+def against_linear(path: Path, shapes: list[Shape] | None = None, opt: TuneOptions = TuneOptions(),
+                   deadline_s: float = math.inf, log=print, dtype: str | None = None) -> int:
+    """For `gemm.patch`, which lays an `nn.Linear` weight out once as (k, n) storage or leaves it as it is: on
+    every recorded shape (of `dtype` only, if given) not yet visited, time the dispatch on the relaid weight (the
+    record's winner, torch.matmul where that is torch) against `F.linear` on the (n, k) weight, interleaved, the
+    rounds spread over `opt.final_placements` sets of buffers; the record gains `linear_us`, `relaid_us` and
+    `vs_linear`, F.linear's time over the relaid one's (median of the per-round ratios), with its 95% interval
+    (`vs_linear_ci`). `Table.relaid_layers` decides each layer's layout from them. Cheapest first, each record
+    appended as it is made (resumes); returns the number of shapes left."""
+    import torch.nn.functional as F
+
+    from kernelrl.gemm.table import read_records
+    from kernelrl.gemm.timing import LINEAR
+
+    t0 = time.perf_counter()
+    by_key = {(r["m"], r["n"], r["k"], r["dtype"]): r for r in read_records(path)}
+    wanted = None if shapes is None else {(s.m, s.n, s.k) for s in shapes}
+    todo = sorted((estimate_torch_us(Shape(*key[:3])), key) for key, r in by_key.items()
+                  if "vs_linear" not in r and (dtype is None or key[3] == dtype)
+                  and (wanted is None or key[:3] in wanted))
+    n = 0
+    for est, key in todo:
+        if time.perf_counter() - t0 + 2 * est * 60 / 1e6 + 1.0 > deadline_s:
+            log(f"deadline reached: {len(todo) - n} shapes left (against F.linear)")
+            break
+        r, s, dt = by_key[key], Shape(*key[:3]), DTYPE_NAMES[key[3]]
+        relaid = torch.matmul if r["best"] == "torch" else as_dispatched(make_launcher(r["best"], *key[:3], dt))
+        fns = {"linear": (F.linear, LINEAR), "relaid": (relaid, False)}
+        inp = Inputs(s.m, s.n, s.k, dt, weights=True)
+        per_round: dict[str, list[float]] = {}
+        us = time_graphs_placed(fns, inp, r.get("calls_per_graph") or calls_for(est), opt.final_rounds,
+                                opt.final_placements, per_round=per_round)
+        ratio, lo, hi = paired_ratio_ci(per_round["linear"], per_round["relaid"])
+        by_key[key] = new = {**r, "linear_us": us["linear"], "relaid_us": us["relaid"], "vs_linear": ratio,
+                             "vs_linear_ci": [lo, hi]}
+        with Path(path).open("a") as f:
+            f.write(json.dumps(new) + "\n")
+        n += 1
+        log(f"{s} {key[3]}: F.linear {us['linear']:.2f}us, {r['best_label'] if 'best_label' in r else r['best']} on "
+            f"the relaid weight {us['relaid']:.2f}us ({ratio:.3f}x [{lo:.3f}, {hi:.3f}])")
+    if n:
+        _rewrite(path, by_key.values())
+    return len(todo) - n
+
+
 def _rewrite(path: Path, records) -> None:
     """Replace the records file with `records`, one per line, through a temporary file (never half written)."""
     tmp = Path(f"{path}.tmp")
