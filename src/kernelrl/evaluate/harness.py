@@ -21,6 +21,10 @@ from kernelrl.evaluate import buildlog, tamper
 SAMPLES_PER_OUTPUT = 2048  # output elements compared per timed call
 IDLE_CACHE_SHARE = 16  # between requests, cached but unused device memory above 1/16 of the GPU is given back
 PERMUTE_CHUNK = 1 << 26  # elements permuted per step in `fresh` (an int64 index of 512 MiB, not one per element)
+# GPU clock cycles the stream is held busy before each timed graph replay (about 100 us): the host enqueues the two
+# events and the replay while the device still works, so a host thread delayed between them (a busy machine)
+# adds no idle time between the events
+REPLAY_LEAD_CYCLES = 200_000
 
 
 class Harness:
@@ -463,8 +467,9 @@ class Harness:
     def op_graph(self, op):
         """Capture one call in a CUDA graph, then time replays on fresh inputs copied into its buffers.
 
-        This is the program's device time: the host's launch work is done once, at capture, and every
-        replayed kernel, on any stream the capture joined, lies between the two events."""
+        This is the program's device time: the host's launch work is done once, at capture, every replayed
+        kernel, on any stream the capture joined, lies between the two events, and the stream is kept busy
+        while the host enqueues them (`REPLAY_LEAD_CYCLES`)."""
         torch = self.torch
         self.pin()
         if not self.cuda:
@@ -499,6 +504,7 @@ class Harness:
             for j, x in enumerate(self.fresh(base, op["perm_seed"] + i)):
                 if isinstance(x, torch.Tensor):
                     static[j].copy_(x)
+            torch.cuda._sleep(REPLAY_LEAD_CYCLES)
             if op.get("flush", True):
                 self._flush_buf.zero_()
             start, end = self._Event(enable_timing=True), self._Event(enable_timing=True)
