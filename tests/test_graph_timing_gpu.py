@@ -32,7 +32,7 @@ class _SlowHost(torch.cuda.Event if torch.cuda.is_available() else object):
 
 
 def _replay_us(tmp_path) -> float:
-    h = Harness({"role": "reference", "device": "cuda", "seed": 1, "task_source": TINY_TASK, "fixed_inputs": []},
+    h = Harness({"role": "reference", "device": "cuda:0", "seed": 1, "task_source": TINY_TASK, "fixed_inputs": []},
                 {}, str(tmp_path))
     h._Event = _SlowHost
     reply, _ = h.op_graph({"seed": 3, "sample_seed": 4, "perm_seed": 5, "calls": 30})
