@@ -5,6 +5,7 @@
 #   calibrate: KernelBench identity candidates through `kernelrl bench` (.kb/suite and .kb/identity, made by
 #   benchmarks/kernelbench_identity.py write), resuming from the committed results.jsonl of
 #   benchmarks/results/${CAL:-kernelbench_identity}_<gpu>/; LEVEL="1 2" for some levels.
+#   SETS=mixed runs the throughput step on load_inline CUDA and Triton candidates with cold builds (default python);
 #   SUITE_ONLY=level1/a,level2/b limits the suite step; STEP_S bounds each step (seconds); TESTS names the test
 #   files (or node ids) of the gputests step; GEMM_ARGS passes flags to gemm_device.py (e.g. "--shapes models
 #   --dtype bf16": the linear layers of open LLMs, benchmarked as x @ W.T). On a machine with several GPUs, run copies side by side, one per
@@ -33,7 +34,7 @@ for step in "$@"; do
     gputests) KERNELRL_INSTAFAIL=1 timeout "$STEP_S" python3 -m pytest -v -m gpu -p no:cacheprovider --durations=25 ${TESTS:-tests} 2>&1 | tee "$RES/gpu_tests${LANE:+_$LANE}.log" | tail -25;;
     eval) timeout "$STEP_S" python3 benchmarks/eval_overhead.py "$RES/eval" --repeats 5 2>&1 | tail -20;;
     throughput) timeout "$STEP_S" python3 benchmarks/eval_throughput.py "${KB:-.kb/suite}" "$RES/eval_throughput" \
-                  --sets python --modes serial,pipelined --limit 40 --budget-s $(( (STEP_S - 120) / 2 )) 2>&1 | tail -4;;
+                  --sets "${SETS:-python}" --modes serial,pipelined --limit 40 --budget-s $(( (STEP_S - 120) / 2 )) 2>&1 | tail -4;;
     calibrate) mkdir -p "$RES/calibration"  # resumes from the committed run on this GPU model (h100, h200)
                gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | grep -oiE 'h100|h200' | tr A-Z a-z)
                [ -e "$RES/calibration/results.jsonl" ] || cp "benchmarks/results/${CAL:-kernelbench_identity}_$gpu/results.jsonl" \
