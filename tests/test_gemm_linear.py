@@ -214,3 +214,22 @@ def test_gemm_bench_refuses_an_unknown_layout_in_one_line():
 
     r = CliRunner().invoke(app, ["bench", "--shapes", "64x64x64", "--layout", "tn"])
     assert r.exit_code == 2 and "layout 'tn': use nn or nt" in r.output
+
+
+def test_gemm_show_says_which_layers_patch_lays_out(tmp_path):
+    import json
+
+    from typer.testing import CliRunner
+
+    from kernelrl.gemm.cli import app
+
+    path = tmp_path / "t.json"
+    Table(_layer(32, 64, [1.2, 1.1]) + _layer(48, 32, [1.3, 0.9]), {"gpu": "test"}).save(path)
+    r = CliRunner().invoke(app, ["show", "--table", str(path), "--json"])
+    assert r.exit_code == 0 and json.loads(r.output)["relaid_layers"] == [[32, 64, "bf16"]]
+    r = CliRunner().invoke(app, ["show", "--table", str(path), "--shape", "2x48x32", "--dtype", "bf16", "--json"])
+    info = json.loads(r.output)
+    assert r.exit_code == 0 and info["patch"] == "kept" and info["vs_linear"] == 0.9
+    r = CliRunner().invoke(app, ["show", "--table", str(path), "--shape", "2x32x64", "--dtype", "bf16"])
+    text = " ".join(r.output.split())  # the console wraps long lines
+    assert r.exit_code == 0 and "1.100x F.linear" in text and "lays this layer out" in text

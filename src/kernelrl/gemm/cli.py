@@ -161,20 +161,25 @@ def show(
             out.print(f"{s} {dtype}: not in the table: dispatches to torch.matmul")
             return
         e = hit[0]
+        layer = "relaid" if (s.n, s.k, dtype) in tbl.relaid_layers() else "kept"
         info = {"shape": str(s), "dtype": dtype, "kernel": e.kernel, "us": e.us, "torch_us": e.torch_us,
-                "speedup": e.torch_us / e.us}
+                "speedup": e.torch_us / e.us, "vs_linear": e.vs_linear, "patch": layer}
+        linear = "" if e.vs_linear is None else f"; {e.vs_linear:.3f}x F.linear"
         out.print_json(json.dumps(info)) if as_json else out.print(
-            f"{s} {dtype}: {e.kernel} {e.us:.2f} us (torch.matmul {e.torch_us:.2f} us, {e.torch_us / e.us:.3f}x)")
+            f"{s} {dtype}: {e.kernel} {e.us:.2f} us (torch.matmul {e.torch_us:.2f} us, {e.torch_us / e.us:.3f}x"
+            f"{linear}); gemm.patch {'lays this layer out' if layer == 'relaid' else 'leaves this layer to F.linear'}")
         return
     fams: dict[str, list] = {}
     for e in tbl.entries:
         fams.setdefault(e.kernel.split(":", 1)[0], []).append(e)
     summary = {f: {"shapes": len(es), "geomean_speedup": math.exp(sum(math.log(e.torch_us / e.us) for e in es)
                                                                   / len(es))} for f, es in sorted(fams.items())}
+    relaid = sorted(tbl.relaid_layers())
     if as_json:
-        out.print_json(json.dumps({"meta": tbl.meta, "families": summary}))
+        out.print_json(json.dumps({"meta": tbl.meta, "families": summary, "relaid_layers": relaid}))
         return
-    t = RichTable(title=f"{path} ({len(tbl.entries)} shapes; {tbl.meta.get('gpu', '?')})")
+    t = RichTable(title=f"{path} ({len(tbl.entries)} shapes; {tbl.meta.get('gpu', '?')}; "
+                        f"gemm.patch lays out {len(relaid)} (out, in, dtype) layers)")
     t.add_column("family")
     t.add_column("shapes", justify="right")
     t.add_column("geomean speedup vs torch (tuning)", justify="right")
