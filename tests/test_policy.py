@@ -66,15 +66,25 @@ def test_outputs_compared_in_chunks_give_the_same_result_as_in_one_piece(monkeyp
     out = ref + 1e-6 * torch.randn(1000)
     out[997] += 1.0  # one bad element, in the last chunk
     whole = cmp.compare(out, ref)
-    monkeypatch.setattr(cmp, "CHUNK", 64)
-    monkeypatch.setattr(cmp._compare_finite, "__defaults__", (64,))
-    monkeypatch.setattr(cmp._all_finite, "__defaults__", (64,))
+    monkeypatch.setattr(cmp, "SERIAL", 64)  # a small host tensor is compared SERIAL elements at a time
     parts = cmp.compare(out, ref)
     assert not whole.ok and whole.mismatched == parts.mismatched == 1
     for field in ("max_abs", "max_rel", "rel_l2"):
         assert getattr(parts, field) == pytest.approx(getattr(whole, field), rel=1e-9)
     ref[998] = float("nan")  # a NaN in a later chunk still takes the non-finite path
     assert "differ where the reference is NaN/Inf" in cmp.compare(out, ref).reason
+
+
+def test_small_host_comparisons_keep_every_op_within_torchs_grain_size(monkeypatch):
+    """Sampled outputs are compared in pieces torch runs on the calling thread (at most 32768 elements), so the
+    evaluator never wakes its intra-op thread pool for them (slow where workers and builds hold the cores)."""
+    seen = []
+    real = torch.isfinite
+    monkeypatch.setattr(torch, "isfinite", lambda t: seen.append(t.numel()) or real(t))
+    ref = torch.randn(1 << 16, dtype=torch.float64)
+    assert cmp.compare(ref * (1 + 1e-9), ref).ok
+    assert seen and max(seen) <= 1 << 15
+    assert cmp.chunk_for(torch.empty(1 << 23)) == cmp.CHUNK  # large CPU outputs keep torch's thread pool
 
 
 def test_a_zero_output_fails_under_kernelbench_whatever_the_magnitude():
