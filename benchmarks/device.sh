@@ -4,7 +4,8 @@
 #   steps: sanity confine gputests eval throughput calibrate suite optimize train serve scaling gemm decoder
 #   calibrate: KernelBench identity candidates through `kernelrl bench` (.kb/suite and .kb/identity, made by
 #   benchmarks/kernelbench_identity.py write), resuming from the committed results.jsonl of
-#   benchmarks/results/${CAL:-kernelbench_identity}_<gpu>/; LEVEL="1 2" for some levels.
+#   benchmarks/results/${CAL:-kernelbench_identity}_<gpu>/; LEVEL="1 2" for some levels; no task starts in the
+#   step's last DRAIN_S seconds (default 150), which finish the tasks in flight and write the report.
 #   SETS=mixed runs the throughput step on load_inline CUDA and Triton candidates with cold builds (default python);
 #   SUITE_ONLY=level1/a,level2/b limits the suite step; STEP_S bounds each step (seconds); TESTS names the test
 #   files (or node ids) of the gputests step; GEMM_ARGS passes flags to gemm_device.py (e.g. "--shapes models
@@ -40,7 +41,7 @@ for step in "$@"; do
                [ -e "$RES/calibration/results.jsonl" ] || cp "benchmarks/results/${CAL:-kernelbench_identity}_$gpu/results.jsonl" \
                  "$RES/calibration/" 2>/dev/null
                timeout "$STEP_S" python3 -m kernelrl.cli bench "${KB:-.kb/suite}" --candidates "${KB_ID:-.kb/identity}" \
-                 --device cuda --out "$RES/calibration" --resume --time-limit $((STEP_S - 150)) \
+                 --device cuda --out "$RES/calibration" --resume --time-limit $((STEP_S - ${DRAIN_S:-150})) \
                  $(for l in ${LEVEL:-}; do echo --level "$l"; done) 2>&1 | tail -5;;
     decoder) timeout "$STEP_S" python3 benchmarks/gemm_decoder.py "$RES/gemm_decoder" 2>&1 | tail -12;;
     suite) timeout "$STEP_S" python3 benchmarks/suite_device.py "$RES/suite" --time-budget-s $((STEP_S - 60)) \

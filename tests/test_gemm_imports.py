@@ -83,3 +83,16 @@ def test_every_gemm_module_imports_in_a_fresh_interpreter():
     for order in (names, names[::-1]):  # a cycle between top-level imports fails in one order or the other
         proc = subprocess.run([sys.executable, "-c", code, *order], capture_output=True, text=True, timeout=120)
         assert proc.returncode == 0, proc.stderr[-2000:]
+
+
+def test_the_build_module_takes_help_and_bad_flags_as_a_command_line(tmp_path):
+    """`python -m kernelrl.gemm.build --help` prints its usage and builds nothing (it once took the flag for a
+    folder); an unknown flag is a one-line usage error."""
+    run = lambda *a: subprocess.run([sys.executable, "-m", "kernelrl.gemm.build", *a], cwd=tmp_path,  # noqa: E731
+                                    capture_output=True, text=True, timeout=120)
+    shown = run("--help")
+    assert shown.returncode == 0 and "build_dir" in shown.stdout and "--jobs" in shown.stdout
+    assert list(tmp_path.iterdir()) == []
+    bad = run("--no-such-flag")
+    assert bad.returncode == 2 and "unrecognized arguments: --no-such-flag" in bad.stderr
+    assert list(tmp_path.iterdir()) == []

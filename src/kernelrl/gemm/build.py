@@ -8,7 +8,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from pathlib import Path
@@ -195,4 +194,12 @@ def build_all(build_dir: Path = DEFAULT_BUILD_DIR, jobs: int | None = None, bf16
 
 
 if __name__ == "__main__":
-    build_all(Path(sys.argv[1]) if len(sys.argv) > 1 else DEFAULT_BUILD_DIR)
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="python -m kernelrl.gemm.build", description=build_all.__doc__)
+    ap.add_argument("build_dir", nargs="?", type=Path, default=DEFAULT_BUILD_DIR,
+                    help=f"where the libraries go (default {DEFAULT_BUILD_DIR})")
+    ap.add_argument("--jobs", type=int, default=None, help="nvcc processes at once (default: the CPU count)")
+    ap.add_argument("--bf16", action="store_true", help="CUTLASS kernels for bf16 as well as fp16")
+    args = ap.parse_args()
+    build_all(args.build_dir, jobs=args.jobs, bf16=args.bf16)
