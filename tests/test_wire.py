@@ -1,4 +1,5 @@
 """The worker-to-parent message format: tensors inline or through the spill file, and malformed replies refused."""
+import contextlib
 import json
 import os
 import struct
@@ -7,7 +8,7 @@ import pytest
 import torch
 
 from kernelrl.evaluate.evaluator import HARNESS
-from kernelrl.sandbox import process, wire
+from kernelrl.sandbox import devshare, process, wire
 from kernelrl.sandbox.process import Worker
 
 needs_memfd = pytest.mark.skipif(not hasattr(os, "memfd_create"), reason="needs memfd_create (Linux)")
@@ -148,6 +149,26 @@ _TWICE = ("import torch\nimport torch.nn as nn\n"
           "def get_init_inputs():\n    return []\n")
 
 
+@contextlib.contextmanager
+def _locked_gpu_worker(tmp_path):
+    """A reference worker of `_TWICE` on cuda:0 whose replies of 4 MB reach the device without staging."""
+    init = {"role": "reference", "device": "cuda:0", "seed": 7, "task_source": _TWICE}
+    with Worker(HARNESS, scratch_root=tmp_path, init=init) as w:
+        try:
+            assert w.page_lock(4 << 20, 120, "cuda:0") is True
+        except process.WorkerError as e:
+            pytest.fail(f"{e}: {e.stderr_tail}")
+        yield w
+
+
+def _count_views(monkeypatch, cls) -> list:
+    """Record, for every reply read through a `cls` (wire.Mapped or devshare.Shared), whether it gave a view."""
+    served = []
+    monkeypatch.setattr(cls, "view", lambda m, size, view=cls.view: served.append(view(m, size) is not None)
+                        or view(m, size))
+    return served
+
+
 @needs_memfd
 def test_a_worker_sized_for_its_replies_ahead_says_whether_it_locked_them_and_keeps_serving(tmp_path):
     init = {"role": "reference", "device": "cpu", "seed": 7, "task_source": _TWICE}
@@ -167,15 +188,9 @@ def test_a_worker_sized_for_its_replies_ahead_says_whether_it_locked_them_and_ke
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_a_worker_locked_for_its_replies_sends_them_onto_the_device_through_the_lock(tmp_path, monkeypatch):
-    init = {"role": "reference", "device": "cuda:0", "seed": 7, "task_source": _TWICE}
-    with Worker(HARNESS, scratch_root=tmp_path, init=init) as w:
-        try:
-            assert w.page_lock(4 << 20, 120, "cuda:0") is True
-        except process.WorkerError as e:
-            pytest.fail(f"{e}: {e.stderr_tail}")
-        served = []
-        monkeypatch.setattr(wire.Mapped, "view", lambda m, size, view=wire.Mapped.view: served.append(
-            view(m, size) is not None) or view(m, size))
+    monkeypatch.setattr(devshare, "ENABLED", False)  # the page-locked file, not lent device memory
+    with _locked_gpu_worker(tmp_path) as w:
+        served = _count_views(monkeypatch, wire.Mapped)
         first = {}
         for seed in (11, 12):
             header, outs = w.request({"op": "trial", "seed": seed, "full": True}, 120, "cuda")
@@ -188,3 +203,74 @@ def test_a_worker_locked_for_its_replies_sends_them_onto_the_device_through_the_
         _, staged = w.request({"op": "trial", "seed": 11, "full": True}, 120, "cuda")
         # staged: the reply is not read through any mapping once unlocked
         assert w._mapped.size == 0 and len(served) == 2 and torch.equal(staged["out0"].cpu(), first[11])
+
+
+@needs_memfd
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_a_confined_worker_sends_its_replies_through_device_memory_the_parent_lent_it(tmp_path, monkeypatch):
+    with _locked_gpu_worker(tmp_path) as w:
+        assert w.lent and w._mapped.size == 0  # lent memory, no page-locked file
+        served = _count_views(monkeypatch, devshare.Shared)
+        first = {}
+        for seed in (11, 12):
+            header, outs = w.request({"op": "trial", "seed": seed, "full": True}, 120, "cuda")
+            assert header["type"] == "trial" and outs["out0"].is_cuda
+            kept = outs["out0"].clone()
+            w._shared._tensor.fill_(0)  # what the worker might write there later (not a read: not counted)
+            assert torch.equal(outs["out0"], kept)  # does not reach the reply: it was copied out on arrival
+            _, plain = w.request({"op": "trial", "seed": seed, "full": True}, 120)  # read onto the host
+            assert not plain["out0"].is_cuda and plain["out0"].abs().sum() > 0
+            assert torch.equal(kept.cpu(), plain["out0"])
+            first[seed] = plain["out0"]
+        assert not torch.equal(first[11], first[12])
+        assert served == [True] * 4  # every large reply came through the lent memory, none through the file
+        w.unlock(60)
+        assert not w.lent
+        _, staged = w.request({"op": "trial", "seed": 11, "full": True}, 120, "cuda")
+        assert len(served) == 4 and torch.equal(staged["out0"].cpu(), first[11])
+
+
+@needs_memfd
+def test_a_worker_that_cannot_take_lent_memory_gets_the_spill_file(tmp_path, monkeypatch):
+    """Where the parent cannot lend device memory (no driver here), `share` says so and nothing is sent."""
+    init = {"role": "reference", "device": "cpu", "seed": 7, "task_source": _TWICE}
+    monkeypatch.setattr(devshare.Shared, "create", classmethod(lambda cls, n, d=None: (_ for _ in ()).throw(
+        devshare.ShareError("no driver"))))
+    with Worker(HARNESS, scratch_root=tmp_path, init=init) as w:
+        assert w.share(4 << 20, 60, "cuda:0") is False and not w.lent
+        assert w.share(4 << 20, 60, None) is False  # not a GPU: never tried
+        header, outs = w.request({"op": "trial", "seed": 11, "full": True}, 120)
+        torch.manual_seed(11)
+        assert header["type"] == "trial" and torch.equal(outs["out0"], torch.randn(1024, 1024) * 2)
+
+
+class _Lent:
+    """Stands in for the parent's side of lent memory on a machine without a GPU: a memory file's descriptor is
+    what gets passed, which the worker cannot map as device memory."""
+    dropped = 0
+
+    def __init__(self, size):
+        self.size = size
+
+    @classmethod
+    def create(cls, nbytes, device=None):
+        return cls(nbytes), os.memfd_create("lent")
+
+    def drop(self):
+        type(self).dropped += 1
+
+
+@needs_memfd
+def test_a_worker_that_cannot_map_the_lent_memory_says_so_and_keeps_serving(tmp_path, monkeypatch):
+    """The descriptor crosses the socket after the op; a worker that cannot map it answers `shared: false`, the
+    parent gives its side back, and replies go on through the spill file."""
+    init = {"role": "reference", "device": "cpu", "seed": 7, "task_source": _TWICE}
+    monkeypatch.setattr(devshare, "Shared", _Lent)
+    with Worker(HARNESS, scratch_root=tmp_path, init=init) as w:
+        w._sized(4 << 20)
+        assert w.share(4 << 20, 60, "cuda:0") is False and not w.lent and _Lent.dropped == 1
+        assert "ShareError: no CUDA device in this process" in w.stderr_tail()  # the worker's own account
+        header, outs = w.request({"op": "trial", "seed": 11, "full": True}, 120)
+        torch.manual_seed(11)
+        assert header["type"] == "trial" and torch.equal(outs["out0"], torch.randn(1024, 1024) * 2)

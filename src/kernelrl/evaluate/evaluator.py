@@ -24,6 +24,7 @@ import torch
 
 from kernelrl.evaluate import compare as cmp
 from kernelrl.evaluate.config import EvalConfig
+from kernelrl.sandbox import devshare
 from kernelrl.sandbox.process import Worker, WorkerError
 from kernelrl.task import Candidate, Task
 from kernelrl.verdict import ErrorStats, Flag, Timing, Verdict
@@ -218,6 +219,7 @@ class Evaluator:
         self._cpus = worker_cpus(self.device)
         self._build_cpus = build_cpus(self.device)
         self._current: Prepared | None = None  # the job in the GPU stage
+        self._lends = False  # whether workers here have taken lent device memory for their replies
         # reads the reference's reply of a trial while the candidate's is read (gigabyte replies, both at once)
         self._reader = ThreadPoolExecutor(1, thread_name_prefix="kernelrl-reference-reply")
 
@@ -463,17 +465,20 @@ class Evaluator:
         """In the CPU stage, allocate the host memory a worker's trial replies will go through (`Worker.reserve`):
         zeroing gigabytes takes seconds the GPU stage would otherwise wait for. Locking it waits for the GPU stage
         (`_lock_spills`)."""
-        if self.device.type == "cuda" and isinstance(state.get("out_bytes"), int):
-            worker.reserve(state["out_bytes"])
+        if self.device.type == "cuda" and isinstance(state.get("out_bytes"), int) and not self._lends:
+            worker.reserve(state["out_bytes"])  # not needed once workers take lent device memory (`_lock_spills`)
 
     def _lock_spills(self, ref: Worker, cand: Worker, left) -> None:
-        """Page-lock both workers' spill files for the full trials' outputs (`Worker.page_lock`), and only for
-        them (`_unlock_spills`): locks taken beside another program's timing, or held while the programs were
-        timed, made timed calls noisy on an H100 (`benchmarks/results/kernelbench_l12_h100/README.md`), so no lock
-        is taken or held while anything on the GPU is timed."""
+        """Lend each worker device memory for the full trials' outputs, or where that cannot be done page-lock its
+        spill file (`Worker.page_lock`), and only for them (`_unlock_spills`): locks taken beside another
+        program's timing, or held while the programs were timed, made timed calls noisy on an H100
+        (`benchmarks/results/kernelbench_l12_h100/README.md`), so nothing is locked or lent while anything on the
+        GPU is timed."""
         nbytes = self._current.state.get("out_bytes")
         if self.device.type == "cuda" and isinstance(nbytes, int):
             self._on_both(ref, cand, "before the trials", "page_lock", nbytes, left(), self.device)
+            if ref.lent and cand.lent:
+                self._lends = True  # later jobs skip allocating host pages for replies (`_reserve`)
 
     def _unlock_spills(self, ref: Worker, cand: Worker) -> None:
         """Undo `_lock_spills`."""
@@ -764,11 +769,11 @@ class Evaluator:
 
     def _trials_in_turn(self) -> bool:
         """Whether the reference's trial runs before the candidate's instead of beside it: when the two programs'
-        memory for a trial (inputs, their kept copies, outputs, the candidate's poisoned cache) and the evaluator's
-        copies of both outputs would fill more than half the GPU, as KernelBench's 6 GB activations do on an
+        memory for a trial (inputs, their kept copies, outputs, the candidate's poisoned cache), the evaluator's
+        copies of both outputs and the device memory lent to the workers for them would fill more than half the GPU, as KernelBench's 6 GB activations do on an
         80 GB card. Workers give such memory back between requests (`Harness.idle`)."""
         st = self._current.state
-        need = 4 * st.get("in_bytes", 0) + 6 * st.get("out_bytes", 0)
+        need = 4 * st.get("in_bytes", 0) + (8 if devshare.ENABLED else 6) * st.get("out_bytes", 0)  # + lent memory
         return self.device.type == "cuda" and need > self._device_bytes // 2
 
     def _out_bytes(self, task: Task) -> int:

@@ -17,9 +17,10 @@ import sys
 import tempfile
 import time
 from multiprocessing.connection import Connection
+from multiprocessing.reduction import send_handle
 from pathlib import Path
 
-from kernelrl.sandbox import wire
+from kernelrl.sandbox import devshare, wire
 from kernelrl.sandbox.confine import scrub_env
 
 # Variables a worker may inherit; everything else (API keys, tokens, credentials) is dropped.
@@ -62,6 +63,7 @@ class Worker:
         self._spill = wire.make_spill()
         self._mapped = wire.Mapped(self._spill) if self._spill is not None else None
         self._locked = False  # whether the worker holds its side of the spill file page-locked
+        self._shared = None  # device memory lent to the worker for its large replies (`devshare.Shared`)
         spec = {"entry": entry, "scratch": str(self.scratch), "writable": [str(p) for p in writable],
                 "confine": confine, "memory_bytes": memory_bytes, "init": init or {},
                 "affinity": list(affinity) if affinity else None, "spill_fd": self._spill}
@@ -104,7 +106,7 @@ class Worker:
         except (EOFError, OSError):
             raise self._died()
         try:
-            return wire.decode(message, self._spill, device, self._mapped)
+            return wire.decode(message, self._spill, device, self._shared or self._mapped)
         except wire.WireError as e:
             self.kill()
             raise WorkerError("malformed", f"malformed reply from worker: {e}", self.stderr_tail())
@@ -131,22 +133,65 @@ class Worker:
         return True
 
     def page_lock(self, nbytes: int, timeout: float, device) -> bool:
-        """Page-lock the spill file for replies of `nbytes` on both sides at once (`wire.Mapped`), so that those
-        replies move by DMA onto `device`; False where it is not worth it or cannot be done (replies are then
-        staged). Raises WorkerError like `request`. Undo with `unlock`."""
+        """Make replies of `nbytes` reach `device` without staging: through device memory lent to the worker
+        (`share`) where the driver and device allow it, else through the spill file page-locked on both sides at
+        once (`wire.Mapped`), so that they move by DMA; False where it is not worth it or cannot be done (replies
+        are then staged). Raises WorkerError like `request`. Undo with `unlock`."""
         if not self._sized(nbytes):  # its pages were allocated by `reserve` in the CPU stage
             return False
+        if self.share(nbytes, timeout, device):
+            return True
         self.send({"op": "spill", "lock": True})
         mine = self._mapped.lock(nbytes, device)  # while the worker locks its own mapping
         header, _ = self.receive(timeout)
         self._locked = bool(header.get("locked"))
         return mine and self._locked
 
+    @property
+    def lent(self) -> bool:
+        """Whether the worker holds device memory lent for its large replies (`share`)."""
+        return self._shared is not None
+
+    def share(self, nbytes: int, timeout: float, device) -> bool:
+        """Lend the worker `nbytes` of `device`'s memory for its large replies (`devshare.Shared`, the file
+        descriptor passed over the socket); False where that cannot be done here or in the worker. Raises
+        WorkerError like `request`. Undo with `unlock`."""
+        if not devshare.ENABLED or not str(device or "").startswith("cuda"):
+            return False
+        if self._shared is not None:  # still lent from an earlier job (its unlock failed)
+            if self._shared.size >= nbytes:
+                return True
+            self.unlock(timeout)
+        try:
+            shared, fd = devshare.Shared.create(nbytes, device)
+        except devshare.ShareError:
+            return False
+        try:
+            try:
+                self.send({"op": "spill", "share": shared.size})
+                send_handle(self.conn, fd, self.proc.pid)
+            except OSError:
+                raise self._died()
+            finally:
+                os.close(fd)
+            header, _ = self.receive(timeout)
+        except BaseException:
+            shared.drop()
+            raise
+        if not header.get("shared"):
+            shared.drop()
+            return False
+        self._shared, self._locked = shared, True
+        return True
+
     def unlock(self, timeout: float) -> None:
-        """Undo `page_lock` on both sides (the file keeps its pages)."""
+        """Undo `page_lock` on both sides (the file keeps its pages; lent device memory is freed)."""
         if self._mapped is None or not (self._mapped.size or self._locked):
             return
         self._mapped.drop()
+        if self._shared is not None:
+            self._shared.drop()
+            self._shared = None
         self._locked = False
         self.request({"op": "spill", "lock": False}, timeout)
 
@@ -205,6 +250,9 @@ class Worker:
         except OSError:
             pass
         self._log.close()
+        if self._shared is not None:
+            self._shared.drop()
+            self._shared = None
         if self._spill is not None:
             self._mapped.drop()
             os.close(self._spill)

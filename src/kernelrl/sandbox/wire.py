@@ -8,7 +8,8 @@ and the worker inherited) the worker writes their bytes there and the message ca
 parent reads them back into tensors it owns, so a worker that changes the file while it is read can at worst make
 its own reply wrong (or short: a `WireError`), never crash the parent. Between a GPU and the file, bytes move by
 DMA where both sides have mapped the file and page-locked the mapping with CUDA (`Mapped`), so a gigabyte output
-crosses no other host memory. The parent seals the file against shrinking (`make_spill`), so its mapping can never
+crosses no other host memory; where the parent has lent the worker device memory instead (`devshare.Shared`,
+which `encode` and `decode` take in `Mapped`'s place), the bytes never leave the GPU. The parent seals the file against shrinking (`make_spill`), so its mapping can never
 lose pages under it; it gives a large file's memory back by punching it out (`release`) instead.
 """
 from __future__ import annotations
@@ -68,12 +69,15 @@ def encode(header: dict, tensors: dict | None = None, spill: int | None = None,
     for src in sources:
         if not spilled:
             blobs.append((src.cpu().numpy() if not isinstance(src, np.ndarray) else src).data)
+        elif host is not None:  # the page-locked file (DMA; returns once the bytes are there), or lent device memory
+            import torch
+
+            n = src.size if isinstance(src, np.ndarray) else src.numel()
+            host[at:at + n].copy_(torch.from_numpy(src) if isinstance(src, np.ndarray) else src)
+            at += n
         elif isinstance(src, np.ndarray):
             _pwrite_all(spill, memoryview(src), at)
             at += src.size
-        elif host is not None:
-            host[at:at + src.numel()].copy_(src)  # DMA into the page-locked file; returns once the bytes are there
-            at += src.numel()
         else:
             stage = _staging()
             for i in range(0, src.numel(), STAGE_BYTES):
@@ -81,6 +85,10 @@ def encode(header: dict, tensors: dict | None = None, spill: int | None = None,
                 stage[:n].copy_(src[i:i + n])
                 _pwrite_all(spill, memoryview(stage.numpy()[:n]), at + i)
             at += src.numel()
+    if host is not None and host.is_cuda:
+        import torch
+
+        torch.cuda.synchronize(host.device)  # device-to-device copies: the bytes are there before the reply is
     head = json.dumps({**header, "_tensors": meta, "_spilled": spilled}).encode()
     return b"".join([struct.pack("<Q", len(head)), head] + blobs)
 
@@ -125,14 +133,17 @@ def decode(message: bytes, spill: int | None = None, device=None, mapped: Mapped
     onto = torch.device(device) if device is not None else None
     to_gpu = spilled and onto is not None and onto.type == "cuda"
     host = None
-    if to_gpu and mapped is not None and mapped.size:
+    if spilled and mapped is not None and mapped.size and (to_gpu or getattr(mapped, "on_device", False)):
         host = mapped.view(max((off + nb for *_, off, nb in entries), default=0))
-        host = host if host is not None and _sealed(spill) else None  # a sealed file cannot shrink below it
+        if host is not None and not host.is_cuda and not _sealed(spill):
+            host = None  # a locked file is read only onto a GPU, and only sealed (it cannot shrink below it)
     tensors = {}
     for name, dtype, shape, off, nb in entries:
-        if to_gpu:
-            t = host[off:off + nb].to(onto, copy=True) if host is not None else \
-                _read_spilled_onto(spill, off, nb, name, onto)
+        if host is not None:  # DMA from the locked file, or a copy out of the device memory lent to the worker
+            t = host[off:off + nb].to(onto if to_gpu else "cpu", copy=True)
+            t = t.view(getattr(torch, dtype)).reshape(shape)
+        elif to_gpu:
+            t = _read_spilled_onto(spill, off, nb, name, onto)
             t = t.view(getattr(torch, dtype)).reshape(shape)
         else:
             if spilled:
@@ -143,6 +154,8 @@ def decode(message: bytes, spill: int | None = None, device=None, mapped: Mapped
             if dtype == "bfloat16":
                 t = t.view(torch.bfloat16)
         tensors[name] = t
+    if host is not None and host.is_cuda:
+        torch.cuda.synchronize(host.device)  # copied out before the worker may write its next reply there
     return header, tensors
 
 

@@ -43,6 +43,24 @@ def _init_cuda(spec: dict) -> None:
         torch.empty(1, device=device)  # creates the context
 
 
+def _attach(conn, size: int, spec: dict):
+    """Receive the file descriptor of the device memory the parent lends (`Worker.share`) and map it here: the
+    `devshare.Shared`, or None where it cannot be mapped (replies then go through the spill file)."""
+    from multiprocessing.reduction import recv_handle
+
+    from kernelrl.sandbox import devshare
+
+    try:
+        fd = recv_handle(conn)
+    except (OSError, RuntimeError, EOFError):
+        return None
+    try:
+        return devshare.Shared.attach(fd, size, spec.get("init", {}).get("device"))
+    except Exception:  # the parent falls back to the spill file; the worker keeps serving
+        traceback.print_exc()
+        return None
+
+
 def main(argv: list[str]) -> None:
     fd, spec = int(argv[0]), json.loads(argv[1])
     if spec.get("affinity") and hasattr(os, "sched_setaffinity"):
@@ -69,6 +87,7 @@ def main(argv: list[str]) -> None:
     idle = getattr(handler, "idle", None)  # between requests, once the reply and what it held are gone
     spill = spec.get("spill_fd")
     mapped = wire.Mapped(spill) if spill is not None else None  # the spill file page-locked here (`wire`)
+    lent = None  # device memory the parent lent for large replies (`devshare.Shared`), used in `mapped`'s place
     while True:
         try:
             raw = conn.recv_bytes()
@@ -77,14 +96,23 @@ def main(argv: list[str]) -> None:
         op = pickle.loads(raw)
         if op.get("op") == "exit":
             os._exit(0)
-        if op.get("op") == "spill":  # page-lock the spill file for the replies to come, or unlock it (`wire.Mapped`)
-            locked = False
-            if mapped is not None and op.get("lock"):
+        if op.get("op") == "spill":  # page-lock the spill file for the replies to come, take lent device memory
+            locked = shared = False  # for them, or give either up
+            if op.get("share"):  # the parent sends the memory's file descriptor right after the op
+                if lent is not None:
+                    lent.drop()
+                lent = _attach(conn, int(op["share"]), spec)
+                locked = shared = lent is not None
+            elif mapped is not None and op.get("lock"):
                 size = os.fstat(spill).st_size
                 locked = 0 < size <= wire.SPILL_KEEP and mapped.lock(size)
-            elif mapped is not None:
-                mapped.drop()
-            send_bytes(wire.encode({"type": "spill", "locked": locked}))
+            else:
+                if mapped is not None:
+                    mapped.drop()
+                if lent is not None:
+                    lent.drop()
+                    lent = None
+            send_bytes(wire.encode({"type": "spill", "locked": locked, "shared": shared}))
             continue
         try:
             header, tensors = handler.handle(op)
@@ -93,7 +121,7 @@ def main(argv: list[str]) -> None:
                                "message": f"{type(e).__name__}: {e}",
                                "traceback": traceback.format_exc()[-4000:]}, None
         try:
-            message = wire.encode(header, tensors, spill, mapped)
+            message = wire.encode(header, tensors, spill, lent or mapped)
         except Exception as e:
             message = wire.encode({"type": "error", "kind": "runtime_error",
                                    "message": f"cannot send result: {type(e).__name__}: {e}"})
