@@ -4,9 +4,11 @@ Usage: python benchmarks/eval_trial_profile.py KERNELBENCH_DIR OUT_DIR [--tasks 
 
 Part 1, the spill path alone on one buffer of the task's output size: allocating a sealed spill file's pages,
 page-locking a mapping of it on each side (`wire.Mapped`), device to file and file to device by DMA, unlocking,
-against the staged path (pinned 64 MB buffer and pwrite/preadv). Part 2, one evaluation of the task's identity candidate with the parent's
-side of every request timed: from sending an op to its reply's arrival (the worker's run and its encoding), the
-reply's decoding, the parent's page-locking, and each full comparison. Writes OUT_DIR/eval_trial_profile.json
+against the staged path (pinned 64 MB buffer and pwrite/preadv); and the lent path (`devshare.Shared`):
+allocating device memory, mapping it from its file descriptor, the copies in and out, giving it back. Part 2, one
+evaluation of the task's identity candidate with the parent's side of every request timed: from sending an op to
+its reply's arrival (the worker's run and its encoding), the reply's decoding, the parent's lending or
+page-locking, and each full comparison. Writes OUT_DIR/eval_trial_profile.json
 and prints a summary per task.
 """
 from __future__ import annotations
@@ -22,7 +24,7 @@ import torch
 from kernelrl.evaluate import EvalConfig, Evaluator
 from kernelrl.evaluate import compare as cmp
 from kernelrl.evaluate import evaluator as ev
-from kernelrl.sandbox import process, wire
+from kernelrl.sandbox import devshare, process, wire
 from kernelrl.task import Task, identity_candidate
 
 DEFAULT = "level1/19_ReLU.py,level1/23_Softmax.py,level1/36_RMSNorm_.py"
@@ -68,6 +70,25 @@ def spill_path(nbytes: int) -> dict:
     return res
 
 
+def lent_path(nbytes: int) -> dict:
+    """Each step of moving one `nbytes` device buffer through lent device memory (`devshare.Shared`), both sides
+    in this process: allocating and clearing it, mapping it a second time from its file descriptor (the worker's
+    side), the copy in and the copy out, and giving both sides back."""
+    src = torch.randint(0, 255, (nbytes,), dtype=torch.uint8, device="cuda")
+    res = {"bytes": nbytes}
+    res["create_s"], (lender, fd) = _sync_time(lambda: devshare.Shared.create(nbytes, "cuda"))
+    try:
+        res["attach_s"], borrower = _sync_time(lambda: devshare.Shared.attach(fd, lender.size, "cuda"))
+        res["copy_in_s"], _ = _sync_time(lambda: borrower.view(nbytes).copy_(src))
+        res["copy_out_s"], back = _sync_time(lambda: lender.view(nbytes).clone())
+        assert torch.equal(back, src)
+        del back
+        res["drop_both_s"], _ = _sync_time(lambda: (borrower.drop(), lender.drop()))
+    finally:
+        lender.drop()
+    return res
+
+
 class Recorder:
     """The parent's side of each worker request, timed by patching `process.Worker` and `wire`."""
 
@@ -81,7 +102,7 @@ class Recorder:
     def install(self):
         rec = self
         init, send, receive = process.Worker.__init__, process.Worker.send, process.Worker.receive
-        decode, lock, compare = wire.decode, wire.Mapped.lock, cmp.compare
+        decode, lock, compare, share = wire.decode, wire.Mapped.lock, cmp.compare, process.Worker.share
 
         def p_init(w, *a, **kw):
             init(w, *a, **kw)
@@ -116,6 +137,13 @@ class Recorder:
                                "s": round(time.perf_counter() - t, 4), "ok": ok})
             return ok
 
+        def p_share(w, nbytes, timeout, device):
+            t = time.perf_counter()
+            ok = share(w, nbytes, timeout, device)
+            rec.events.append({"at": rec.now(), "role": rec._role.get(id(w), "?"), "step": "lend", "bytes": nbytes,
+                               "s": round(time.perf_counter() - t, 4), "ok": ok})
+            return ok
+
         def p_compare(a, b, *args, **kw):
             t = time.perf_counter()
             out = compare(a, b, *args, **kw)
@@ -126,7 +154,7 @@ class Recorder:
             return out
 
         process.Worker.__init__, process.Worker.send, process.Worker.receive = p_init, p_send, p_receive
-        wire.decode, wire.Mapped.lock, cmp.compare = p_decode, p_lock, p_compare
+        wire.decode, wire.Mapped.lock, cmp.compare, process.Worker.share = p_decode, p_lock, p_compare, p_share
         ev.cmp.compare = p_compare
 
 
@@ -152,11 +180,13 @@ def main():
             out_bytes = max((e.get("bytes", 0) for e in rec.events if e.get("step") == "decode"), default=0)
             if out_bytes >= 1 << 20:
                 row["spill_path"] = spill_path(out_bytes)
+                row["lent_path"] = lent_path(out_bytes)
             results.append(row)
             print(f"{rel}: {verdict.status} phases {verdict.phases}", flush=True)
             for e in rec.events:
                 print("   ", json.dumps(e), flush=True)
             print("    spill path:", json.dumps(row.get("spill_path")), flush=True)
+            print("    lent path:", json.dumps(row.get("lent_path")), flush=True)
             torch.cuda.empty_cache()
     env = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__}
     (args.out / "eval_trial_profile.json").write_text(json.dumps({"environment": env, "tasks": results}, indent=1))
