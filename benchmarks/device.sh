@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One device call: install the carried wheels, then run the named steps; everything lands in $OUT/results.tgz.
 # Usage on the GPU machine:  STEP_S=150 bash benchmarks/device.sh STEP [STEP ...]
-#   steps: sanity confine gputests eval throughput calibrate suite optimize train serve scaling gemm decoder
+#   steps: sanity confine gputests eval throughput calibrate profile suite optimize train serve scaling gemm decoder
+#   profile: benchmarks/eval_trial_profile.py on PROFILE_TASKS (default: three gigabyte level-1 tasks of .kb/suite)
 #   calibrate: KernelBench identity candidates through `kernelrl bench` (.kb/suite and .kb/identity, made by
 #   benchmarks/kernelbench_identity.py write), resuming from the committed results.jsonl of
 #   benchmarks/results/${CAL:-kernelbench_identity}_<gpu>/; LEVEL="1 2" for some levels; no task starts in the
@@ -43,6 +44,8 @@ for step in "$@"; do
                timeout "$STEP_S" python3 -m kernelrl.cli bench "${KB:-.kb/suite}" --candidates "${KB_ID:-.kb/identity}" \
                  --device cuda --out "$RES/calibration" --resume --time-limit $((STEP_S - ${DRAIN_S:-150})) \
                  $(for l in ${LEVEL:-}; do echo --level "$l"; done) 2>&1 | tail -5;;
+    profile) timeout "$STEP_S" python3 benchmarks/eval_trial_profile.py "${KB:-.kb/suite}" "$RES/eval_trial_profile" \
+               ${PROFILE_TASKS:+--tasks "$PROFILE_TASKS"} 2>&1 | grep -v '^    {' | tail -12;;
     decoder) timeout "$STEP_S" python3 benchmarks/gemm_decoder.py "$RES/gemm_decoder" 2>&1 | tail -12;;
     suite) timeout "$STEP_S" python3 benchmarks/suite_device.py "$RES/suite" --time-budget-s $((STEP_S - 60)) \
              ${SUITE_ONLY:+--only "$SUITE_ONLY"} 2>&1 | tail -25;;
