@@ -7,47 +7,99 @@ every 2 MiB) the allocation time, /proc/meminfo's huge-page counters, and for tw
 seconds of cudaHostRegister, of one device-to-host DMA into it and of cudaHostUnregister. Shared-memory files get
 huge pages only where /sys/kernel/mm/transparent_hugepage/shmem_enabled allows them.
 """
-import os, mmap, time, fcntl, sys, torch
-def rd(p):
-    try: return open(p).read().strip()
-    except OSError as e: return str(e)
-for p in ["/sys/kernel/mm/transparent_hugepage/enabled","/sys/kernel/mm/transparent_hugepage/shmem_enabled","/sys/kernel/mm/transparent_hugepage/defrag"]:
-    print(p, rd(p))
-print(os.uname().release)
-N = 8 << 30
-def meminfo():
-    d = {}
-    for l in open("/proc/meminfo"):
-        k, v = l.split(":"); d[k] = v.strip()
-    return {k: d.get(k) for k in ("ShmemHugePages", "ShmemPmdMapped", "AnonHugePages", "Shmem")}
-def reg(mm, n):
-    host = torch.frombuffer(mm, dtype=torch.uint8)
-    t = time.perf_counter(); e = int(torch.cuda.cudart().cudaHostRegister(host.data_ptr(), n, 0)); t1 = time.perf_counter() - t
-    d = torch.empty(n, dtype=torch.uint8, device="cuda"); torch.cuda.synchronize()
-    t = time.perf_counter(); host.copy_(d, non_blocking=True); torch.cuda.synchronize(); dma = time.perf_counter() - t
-    t = time.perf_counter(); torch.cuda.cudart().cudaHostUnregister(host.data_ptr()); t2 = time.perf_counter() - t
-    del host, d; torch.cuda.empty_cache()
-    return e, round(t1, 3), round(dma, 3), round(t2, 3)
-torch.cuda.init(); torch.empty(1, device="cuda")
-for mode in ["fallocate", "madvise_fallocate", "madvise_touch"]:
-    fd = os.memfd_create("p", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
-    os.ftruncate(fd, N)
-    mm = mmap.mmap(fd, N, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+from __future__ import annotations
+
+import mmap
+import os
+import time
+
+import torch
+
+SIZE = 8 << 30
+THP = "/sys/kernel/mm/transparent_hugepage"
+MODES = ("fallocate", "madvise_fallocate", "madvise_touch")
+
+
+def _read(path: str) -> str:
+    try:
+        with open(path) as f:
+            return f.read().strip()
+    except OSError as e:
+        return str(e)
+
+
+def _huge_pages() -> dict:
+    """/proc/meminfo's shared-memory and huge-page counters."""
+    with open("/proc/meminfo") as f:
+        info = dict(line.split(":", 1) for line in f)
+    return {k: info[k].strip() for k in ("ShmemHugePages", "ShmemPmdMapped", "AnonHugePages", "Shmem") if k in info}
+
+
+def _timed(fn) -> float:
     t = time.perf_counter()
-    if mode != "fallocate":
+    fn()
+    torch.cuda.synchronize()
+    return round(time.perf_counter() - t, 3)
+
+
+def register_dma_unregister(mm: mmap.mmap) -> tuple:
+    """(cudaHostRegister's error code, its seconds, one device-to-host copy's seconds, cudaHostUnregister's).
+    The mapping is registered here rather than through `wire.Mapped`, which maps the file itself: the huge-page
+    advice is given to the mapping that is registered."""
+    host = torch.frombuffer(mm, dtype=torch.uint8)
+    cudart = torch.cuda.cudart()
+    err = []
+    reg = _timed(lambda: err.append(int(cudart.cudaHostRegister(host.data_ptr(), SIZE, 0))))
+    dev = torch.empty(SIZE, dtype=torch.uint8, device="cuda")
+    torch.cuda.synchronize()
+    dma = _timed(lambda: host.copy_(dev, non_blocking=True))
+    unreg = _timed(lambda: cudart.cudaHostUnregister(host.data_ptr()))
+    del host, dev
+    torch.cuda.empty_cache()
+    return err[0], reg, dma, unreg
+
+
+def _mapping(fd: int, advise: bool) -> mmap.mmap:
+    mm = mmap.mmap(fd, SIZE, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+    if advise:
         mm.madvise(mmap.MADV_HUGEPAGE)
-    if mode == "madvise_touch":
-        v = memoryview(mm); step = 2 << 20
-        for off in range(0, N, step): v[off] = 0
-        v.release()
-    else:
-        os.posix_fallocate(fd, 0, N)
-    alloc = round(time.perf_counter() - t, 3)
-    mi = meminfo()
-    r1 = reg(mm, N)
-    # a second mapping of the same file, as the other process would (same process here)
-    mm2 = mmap.mmap(fd, N, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
-    if mode != "fallocate": mm2.madvise(mmap.MADV_HUGEPAGE)
-    r2 = reg(mm2, N)
-    print(mode, "alloc_s", alloc, mi, "register/dma/unregister first", r1, "second mapping", r2, flush=True)
-    mm2.close(); mm.close(); os.close(fd)
+    return mm
+
+
+def probe(mode: str) -> str:
+    fd = os.memfd_create("probe", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+    try:
+        os.ftruncate(fd, SIZE)
+        advise = mode != "fallocate"
+        t = time.perf_counter()
+        first = _mapping(fd, advise)
+        if mode == "madvise_touch":
+            view = memoryview(first)
+            for off in range(0, SIZE, 2 << 20):
+                view[off] = 0
+            view.release()
+        else:
+            os.posix_fallocate(fd, 0, SIZE)
+        alloc = round(time.perf_counter() - t, 3)
+        counters = _huge_pages()
+        r1 = register_dma_unregister(first)
+        second = _mapping(fd, advise)  # as the other process would map it (here in this one)
+        r2 = register_dma_unregister(second)
+        second.close()
+        first.close()
+    finally:
+        os.close(fd)
+    return f"{mode} alloc_s {alloc} {counters} register/dma/unregister first {r1} second mapping {r2}"
+
+
+def main() -> None:
+    for name in ("enabled", "shmem_enabled", "defrag"):
+        print(f"{THP}/{name}", _read(f"{THP}/{name}"))
+    print(os.uname().release)
+    torch.empty(1, device="cuda")
+    for mode in MODES:
+        print(probe(mode), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -770,8 +770,9 @@ class Evaluator:
     def _trials_in_turn(self) -> bool:
         """Whether the reference's trial runs before the candidate's instead of beside it: when the two programs'
         memory for a trial (inputs, their kept copies, outputs, the candidate's poisoned cache), the evaluator's
-        copies of both outputs and the device memory lent to the workers for them would fill more than half the GPU, as KernelBench's 6 GB activations do on an
-        80 GB card. Workers give such memory back between requests (`Harness.idle`)."""
+        copies of both outputs and the device memory lent to the workers for them would fill more than half the
+        GPU, as KernelBench's 6 GB activations do on an 80 GB card. Workers give such memory back between
+        requests (`Harness.idle`)."""
         st = self._current.state
         need = 4 * st.get("in_bytes", 0) + (8 if devshare.ENABLED else 6) * st.get("out_bytes", 0)  # + lent memory
         return self.device.type == "cuda" and need > self._device_bytes // 2

@@ -165,14 +165,10 @@ class Shared:
                 lib.cuMemRelease(handle)
                 raise
         try:
-            shared = cls(handle.value, ptr, size, ordinal)
-            shared._tensor.zero_()  # nothing of earlier allocations is readable or passes for a reply
-            torch_sync(ordinal)
-        except RuntimeError as e:
-            _unmap(ptr, size, handle.value, ordinal)
+            return cls._wrap(handle.value, ptr, size, ordinal, clear=True), fd.value
+        except ShareError:
             os.close(fd.value)
-            raise ShareError(f"cannot use the lent memory here: {e}") from e
-        return shared, fd.value
+            raise
 
     @classmethod
     def attach(cls, fd: int, size: int, device=None) -> Shared:
@@ -190,10 +186,20 @@ class Shared:
                     raise
         finally:
             os.close(fd)
+        return cls._wrap(handle.value, ptr, size, ordinal)
+
+    @classmethod
+    def _wrap(cls, handle: int, ptr: int, size: int, ordinal: int, clear: bool = False) -> Shared:
+        """The mapped allocation as a Shared (zeroed with `clear`: nothing of earlier allocations is readable or
+        passes for a reply); unmapped again and ShareError where torch cannot view it."""
         try:
-            return cls(handle.value, ptr, size, ordinal)
+            shared = cls(handle, ptr, size, ordinal)
+            if clear:
+                shared._tensor.zero_()
+                _sync(ordinal)
+            return shared
         except RuntimeError as e:
-            _unmap(ptr, size, handle.value, ordinal)
+            _unmap(ptr, size, handle, ordinal)
             raise ShareError(f"cannot use the lent memory here: {e}") from e
 
     def view(self, size: int):
@@ -205,7 +211,7 @@ class Shared:
         freed once the other process has given up its own, or died)."""
         if self._tensor is None:
             return
-        torch_sync(self.ordinal)
+        _sync(self.ordinal)
         self._tensor = None
         _unmap(self._ptr, self.size, self._handle, self.ordinal)
         self.size = 0
@@ -219,7 +225,7 @@ def _unmap(ptr: int, size: int, handle: int, ordinal: int) -> None:
         lib.cuMemRelease(ctypes.c_ulonglong(handle))
 
 
-def torch_sync(ordinal: int) -> None:
+def _sync(ordinal: int) -> None:
     import torch
 
     torch.cuda.synchronize(ordinal)

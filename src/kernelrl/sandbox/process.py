@@ -137,7 +137,7 @@ class Worker:
         (`share`) where the driver and device allow it, else through the spill file page-locked on both sides at
         once (`wire.Mapped`), so that they move by DMA; False where it is not worth it or cannot be done (replies
         are then staged). Raises WorkerError like `request`. Undo with `unlock`."""
-        if not self._sized(nbytes):  # its pages were allocated by `reserve` in the CPU stage
+        if not self._sized(nbytes):  # where the file is locked, `reserve` allocated its pages in the CPU stage
             return False
         if self.share(nbytes, timeout, device):
             return True
@@ -158,9 +158,7 @@ class Worker:
         WorkerError like `request`. Undo with `unlock`."""
         if not devshare.ENABLED or not str(device or "").startswith("cuda"):
             return False
-        if self._shared is not None:  # still lent from an earlier job (its unlock failed)
-            if self._shared.size >= nbytes:
-                return True
+        if self._shared is not None:  # a new lending replaces the one before
             self.unlock(timeout)
         try:
             shared, fd = devshare.Shared.create(nbytes, device)

@@ -9,8 +9,9 @@ parent reads them back into tensors it owns, so a worker that changes the file w
 its own reply wrong (or short: a `WireError`), never crash the parent. Between a GPU and the file, bytes move by
 DMA where both sides have mapped the file and page-locked the mapping with CUDA (`Mapped`), so a gigabyte output
 crosses no other host memory; where the parent has lent the worker device memory instead (`devshare.Shared`,
-which `encode` and `decode` take in `Mapped`'s place), the bytes never leave the GPU. The parent seals the file against shrinking (`make_spill`), so its mapping can never
-lose pages under it; it gives a large file's memory back by punching it out (`release`) instead.
+which `encode` and `decode` take in `Mapped`'s place), the bytes never leave the GPU. The parent seals the file
+against shrinking (`make_spill`), so its mapping can never lose pages under it; it gives a large file's memory
+back by punching it out (`release`) instead.
 """
 from __future__ import annotations
 
@@ -48,6 +49,8 @@ def encode(header: dict, tensors: dict | None = None, spill: int | None = None,
     file descriptor), tensors of `SPILL_AT` bytes or more in all are written to that file instead of the message,
     device tensors by DMA into `mapped` (the file's page-locked mapping) where it is locked and large enough, else
     through a pinned staging buffer (no pageable copy of a gigabyte output)."""
+    import torch
+
     sources, meta, offset = [], [], 0
     for name, t in (tensors or {}).items():
         dtype = str(t.dtype).replace("torch.", "")
@@ -70,11 +73,9 @@ def encode(header: dict, tensors: dict | None = None, spill: int | None = None,
         if not spilled:
             blobs.append((src.cpu().numpy() if not isinstance(src, np.ndarray) else src).data)
         elif host is not None:  # the page-locked file (DMA; returns once the bytes are there), or lent device memory
-            import torch
-
-            n = src.size if isinstance(src, np.ndarray) else src.numel()
-            host[at:at + n].copy_(torch.from_numpy(src) if isinstance(src, np.ndarray) else src)
-            at += n
+            src = torch.from_numpy(src) if isinstance(src, np.ndarray) else src
+            host[at:at + src.numel()].copy_(src)
+            at += src.numel()
         elif isinstance(src, np.ndarray):
             _pwrite_all(spill, memoryview(src), at)
             at += src.size
@@ -86,8 +87,6 @@ def encode(header: dict, tensors: dict | None = None, spill: int | None = None,
                 _pwrite_all(spill, memoryview(stage.numpy()[:n]), at + i)
             at += src.numel()
     if host is not None and host.is_cuda:
-        import torch
-
         torch.cuda.synchronize(host.device)  # device-to-device copies: the bytes are there before the reply is
     head = json.dumps({**header, "_tensors": meta, "_spilled": spilled}).encode()
     return b"".join([struct.pack("<Q", len(head)), head] + blobs)
@@ -133,7 +132,7 @@ def decode(message: bytes, spill: int | None = None, device=None, mapped: Mapped
     onto = torch.device(device) if device is not None else None
     to_gpu = spilled and onto is not None and onto.type == "cuda"
     host = None
-    if spilled and mapped is not None and mapped.size and (to_gpu or getattr(mapped, "on_device", False)):
+    if spilled and mapped is not None and mapped.size and (to_gpu or mapped.on_device):
         host = mapped.view(max((off + nb for *_, off, nb in entries), default=0))
         if host is not None and not host.is_cuda and not _sealed(spill):
             host = None  # a locked file is read only onto a GPU, and only sealed (it cannot shrink below it)
@@ -203,6 +202,8 @@ class Mapped:
     move between it and a GPU by DMA. Locked only when asked (`lock`) and kept until `drop`: the evaluator holds
     locks only around its full-comparison trials (`Evaluator._lock_spills` says why). `view` gives None (the
     caller stages) when nothing is locked."""
+
+    on_device = False  # host memory: read through only onto a GPU (`decode`); `devshare.Shared` is device memory
 
     def __init__(self, fd: int):
         self.fd, self.size = fd, 0
