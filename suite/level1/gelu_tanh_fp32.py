@@ -5,7 +5,9 @@ import os
 import torch
 import torch.nn as nn
 
-KERNELRL = {"dtype": "float32", "atol": 1e-5, "rtol": 1e-5}
+# atol 3e-4 (of the output's RMS, in a verdict): tanh implementations part where tanh nears +-1, and on one CPU
+# F.gelu(approximate="tanh") was 1.7e-4 from this formula there (x near +-3.8); rtol 1e-4 still sees fp16 math.
+KERNELRL = {"dtype": "float32", "atol": 3e-4, "rtol": 1e-4}
 
 SMALL = os.environ.get("KERNELRL_SIZE", "full") == "small"
 ROWS, COLS = (256, 512) if SMALL else (16384, 8192)
