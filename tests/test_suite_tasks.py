@@ -75,3 +75,26 @@ def test_the_suite_has_both_full_precision_and_half_precision_tasks():
 def test_every_task_has_a_small_size():
     for st in TASKS:
         assert "KERNELRL_SIZE" in st.task.source, f"{st.name} does not read KERNELRL_SIZE"
+
+
+def test_the_tanh_gelu_tolerance_admits_other_tanh_implementations_and_refuses_half_precision_math():
+    """tanh implementations part where tanh nears +-1: one that reaches +-1 at |z| = 5 is an honest fp32 GELU;
+    the same GELU computed in fp16 or bf16 is not."""
+    import math
+
+    import torch.nn.functional as F
+
+    from kernelrl.evaluate import compare as cmp
+
+    st = next(t for t in TASKS if t.name == "level1/gelu_tanh_fp32")
+    module = load(SUITE / st.rel_path, "suite_gelu_tolerance")
+    want = run_reference(module, 0, 1)
+    torch.manual_seed(1)
+    (x,) = module.get_inputs()
+    z = math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)
+    saturating = 0.5 * x * (1.0 + torch.where(z.abs() >= 5.0, z.sign(), torch.tanh(z)))
+    assert (saturating - want).abs().max() > 1.5e-4  # as far from the formula as the CPU that refused it before
+    meta = st.task.meta
+    assert cmp.compare(saturating, want, meta.atol, meta.rtol).ok
+    for half in (torch.float16, torch.bfloat16):
+        assert not cmp.compare(F.gelu(x.to(half), approximate="tanh").float(), want, meta.atol, meta.rtol).ok
