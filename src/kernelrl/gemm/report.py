@@ -169,6 +169,26 @@ def torch_rates(rows: list[dict]) -> tuple[float, float]:
     return geomean(flops), geomean(moved)
 
 
+TIMED = ("torch_us", "torch_control_us", "cublaslt_heuristic_us", "cublaslt_autotune_us", "kernelrl_us")
+
+
+def roofline(rows: list[dict]) -> tuple[float, float, float]:
+    """The best any implementation did in `rows` (graph mode): TFLOP/s, TB/s (A, B and C counted once each, 2-byte
+    elements), and the shortest time in us."""
+    best = [(r, min(_f(r, c) for c in TIMED if r.get(c))) for r in rows]
+    return (max(2 * m * n * k / us / 1e6 for r, us in best for m, n, k in [_sizes(r)]),
+            max(2 * (m * k + k * n + m * n) / us / 1e6 for r, us in best for m, n, k in [_sizes(r)]),
+            min(us for _, us in best))
+
+
+def ceilings(rows: list[dict], roof: tuple[float, float, float]) -> list[float]:
+    """Per row, the speedup over torch.matmul of a kernel at the roofline `roof` (`roofline`): torch's time over
+    max(flops / TFLOP/s, bytes / TB/s, shortest time)."""
+    tflops, tbs, floor = roof
+    return [_f(r, "torch_us") / max(2 * m * n * k / tflops / 1e6, 2 * (m * k + k * n + m * n) / tbs / 1e6, floor)
+            for r in rows for m, n, k in [_sizes(r)]]
+
+
 def by_size(rows: list[dict]) -> list[tuple[str, int, float, float]]:
     """(torch time class, shapes, geomean vs torch, geomean vs cuBLASLt autotune) per class."""
     return [(name, len(rs), geomean(speedups(rs)), geomean(speedups(rs, over="cublaslt_autotune")))
@@ -205,14 +225,24 @@ def _gap_lines(rows: list[dict], s: Summary) -> list[str]:
              f"group's geomean were {target}x and the other shapes as measured. The rates are torch.matmul's own "
              f"(geomean over the group; A, B and C counted once each): where it already runs near the GPU's "
              f"tensor-core or memory rate, a faster kernel has little room.", ""]
+    roof = roofline(rows)
+    ceiling = {id(r): c for r, c in zip(rows, ceilings(rows, roof))}
+    lines += [f"The ceiling column is the geomean speedup of a kernel that ran every shape at this run's own best: "
+              f"{roof[0]:.0f} TFLOP/s and {roof[1]:.2f} TB/s (the highest any implementation reached on any shape) "
+              f"and {roof[2]:.1f} us (the shortest time measured); per shape, torch.matmul's time over the largest "
+              f"of flops / that rate, bytes / that rate and that time. Over all shapes: "
+              f"{geomean(list(ceiling.values())):.3f}. It is a bound, not a target: tile and wave quantization keep "
+              f"real kernels below it on most shapes.", ""]
     tables = (("torch.matmul device time", size_classes(rows)), ("kernel family", list(families(rows).items())),
               ("what bounds the shape", shape_kinds(rows)))
     for title, groups in tables:
         lines += [f"| {title} | shapes | geomean vs torch | share of the shortfall | whole geomean were it at "
-                  f"{target}x | torch.matmul TFLOP/s | torch.matmul TB/s |", "|---|---|---|---|---|---|---|"]
+                  f"{target}x | ceiling | torch.matmul TFLOP/s | torch.matmul TB/s |",
+                  "|---|---|---|---|---|---|---|---|"]
         for (name, n, g, share, whole), (_, rs) in zip(gap_by(rows, groups, target), groups):
             tflops, tbs = torch_rates(rs)
-            lines.append(f"| {name} | {n} | {g:.3f} | {share:.0%} | {whole:.3f} | {tflops:.0f} | {tbs:.2f} |")
+            lines.append(f"| {name} | {n} | {g:.3f} | {share:.0%} | {whole:.3f} | "
+                         f"{geomean([ceiling[id(r)] for r in rs]):.3f} | {tflops:.0f} | {tbs:.2f} |")
         lines.append("")
     return lines
 
