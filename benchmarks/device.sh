@@ -6,7 +6,8 @@
 #   calibrate: KernelBench identity candidates through `kernelrl bench` (.kb/suite and .kb/identity, made by
 #   benchmarks/kernelbench_identity.py write), resuming from the committed results.jsonl of
 #   benchmarks/results/${CAL:-kernelbench_identity}_<gpu>/; LEVEL="1 2" for some levels; no task starts in the
-#   step's last DRAIN_S seconds (default 150), which finish the tasks in flight and write the report.
+#   step's last DRAIN_S seconds (default 150), which finish the tasks in flight and write the report; CAL_DIR names
+#   its folder under res/ (default calibration), so that two runs of one call (an A/B) keep apart.
 #   SETS=mixed runs the throughput step on load_inline CUDA and Triton candidates with cold builds (default python);
 #   SUITE_ONLY=level1/a,level2/b limits the suite step; STEP_S bounds each step (seconds); TESTS names the test
 #   files (or node ids) of the gputests step; GEMM_ARGS passes flags to gemm_device.py (e.g. "--shapes models
@@ -37,12 +38,12 @@ for step in "$@"; do
     eval) timeout "$STEP_S" python3 benchmarks/eval_overhead.py "$RES/eval" --repeats 5 2>&1 | tail -20;;
     throughput) timeout "$STEP_S" python3 benchmarks/eval_throughput.py "${KB:-.kb/suite}" "$RES/eval_throughput" \
                   --sets "${SETS:-python}" --modes serial,pipelined --limit 40 --budget-s $(( (STEP_S - 120) / 2 )) 2>&1 | tail -4;;
-    calibrate) mkdir -p "$RES/calibration"  # resumes from the committed run on this GPU model (h100, h200)
+    calibrate) cal="$RES/${CAL_DIR:-calibration}"; mkdir -p "$cal"  # resumes from the committed run on this GPU model
                gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | grep -oiE 'h100|h200' | tr A-Z a-z)
-               [ -e "$RES/calibration/results.jsonl" ] || cp "benchmarks/results/${CAL:-kernelbench_identity}_$gpu/results.jsonl" \
-                 "$RES/calibration/" 2>/dev/null
+               [ -e "$cal/results.jsonl" ] || cp "benchmarks/results/${CAL:-kernelbench_identity}_$gpu/results.jsonl" \
+                 "$cal/" 2>/dev/null
                timeout "$STEP_S" python3 -m kernelrl.cli bench "${KB:-.kb/suite}" --candidates "${KB_ID:-.kb/identity}" \
-                 --device cuda --out "$RES/calibration" --resume --time-limit $((STEP_S - ${DRAIN_S:-150})) \
+                 --device cuda --out "$cal" --resume --time-limit $((STEP_S - ${DRAIN_S:-150})) \
                  $(for l in ${LEVEL:-}; do echo --level "$l"; done) 2>&1 | tail -5;;
     profile) timeout "$STEP_S" python3 benchmarks/eval_trial_profile.py "${KB:-.kb/suite}" "$RES/eval_trial_profile" \
                ${PROFILE_TASKS:+--tasks "$PROFILE_TASKS"} 2>&1 | grep -v '^    {' | tail -12;;
