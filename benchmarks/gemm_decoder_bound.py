@@ -61,7 +61,7 @@ def needed(rows: list[dict], goal: float) -> float:
     """The one speedup every GEMM would need for the layers' geomean to reach `goal` (inf where even free GEMMs
     fall short)."""
     at = lambda s: geomean([layer_speedup(d, d["gemm_torch_us"] / s) for d in rows])
-    if at(1e12) < goal:
+    if geomean([layer_speedup(d, 0.0) for d in rows]) <= goal:  # free GEMMs: no speedup of theirs is enough
         return math.inf
     lo, hi = 1.0, 2.0
     while at(hi) < goal:

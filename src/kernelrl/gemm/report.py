@@ -158,26 +158,27 @@ def shape_kinds(rows: list[dict]) -> list[tuple[str, list[dict]]]:
     return [(name, rs) for name, rs in groups.items() if rs]
 
 
+def _work(r: dict) -> tuple[float, float]:
+    """A row's product in megaflops and megabytes (A, B and C counted once each, 2-byte elements): over a time in
+    us, TFLOP/s and TB/s."""
+    m, n, k = _sizes(r)
+    return 2 * m * n * k / 1e6, 2 * (m * k + k * n + m * n) / 1e6
+
+
 def torch_rates(rows: list[dict]) -> tuple[float, float]:
-    """Geomean over `rows` of torch.matmul's own rates: TFLOP/s, and TB/s counting A, B and C once each (2-byte
-    elements)."""
-    flops, moved = [], []
-    for r in rows:
-        (m, n, k), us = _sizes(r), _f(r, "torch_us")
-        flops.append(2 * m * n * k / us / 1e6)
-        moved.append(2 * (m * k + k * n + m * n) / us / 1e6)
-    return geomean(flops), geomean(moved)
+    """Geomean over `rows` of torch.matmul's own rates: TFLOP/s and TB/s (`_work`)."""
+    rates = [(flops / us, moved / us) for r in rows for (flops, moved), us in [(_work(r), _f(r, "torch_us"))]]
+    return geomean([f for f, _ in rates]), geomean([b for _, b in rates])
 
 
 TIMED = ("torch_us", "torch_control_us", "cublaslt_heuristic_us", "cublaslt_autotune_us", "kernelrl_us")
 
 
 def roofline(rows: list[dict]) -> tuple[float, float, float]:
-    """The best any implementation did in `rows` (graph mode): TFLOP/s, TB/s (A, B and C counted once each, 2-byte
-    elements), and the shortest time in us."""
-    best = [(r, min(_f(r, c) for c in TIMED if r.get(c))) for r in rows]
-    return (max(2 * m * n * k / us / 1e6 for r, us in best for m, n, k in [_sizes(r)]),
-            max(2 * (m * k + k * n + m * n) / us / 1e6 for r, us in best for m, n, k in [_sizes(r)]),
+    """The best any implementation did in `rows` (graph mode): TFLOP/s, TB/s (`_work`), and the shortest time in
+    us."""
+    best = [(_work(r), min(_f(r, c) for c in TIMED if r.get(c))) for r in rows]
+    return (max(flops / us for (flops, _), us in best), max(moved / us for (_, moved), us in best),
             min(us for _, us in best))
 
 
@@ -185,8 +186,7 @@ def ceilings(rows: list[dict], roof: tuple[float, float, float]) -> list[float]:
     """Per row, the speedup over torch.matmul of a kernel at the roofline `roof` (`roofline`): torch's time over
     max(flops / TFLOP/s, bytes / TB/s, shortest time)."""
     tflops, tbs, floor = roof
-    return [_f(r, "torch_us") / max(2 * m * n * k / tflops / 1e6, 2 * (m * k + k * n + m * n) / tbs / 1e6, floor)
-            for r in rows for m, n, k in [_sizes(r)]]
+    return [_f(r, "torch_us") / max(flops / tflops, moved / tbs, floor) for r in rows for flops, moved in [_work(r)]]
 
 
 def by_size(rows: list[dict]) -> list[tuple[str, int, float, float]]:

@@ -96,8 +96,8 @@ def main(argv: list[str]) -> None:
         op = pickle.loads(raw)
         if op.get("op") == "exit":
             os._exit(0)
-        if op.get("op") == "spill":  # page-lock the spill file for the replies to come, take lent device memory
-            locked = shared = False  # for them, or give either up
+        if op.get("op") == "spill":  # for the replies to come: take lent device memory, page-lock the spill file,
+            locked = shared = False  # or give up whichever is held
             if op.get("share"):  # the parent sends the memory's file descriptor right after the op
                 if lent is not None:
                     lent.drop()
