@@ -64,7 +64,9 @@ def table(named: list[tuple[str, dict]]) -> str:
             + " | GPU stage | bound per hour | speedups (min, median, max) | 60+ replays |")
     lines = [head, "|" + " --- |" * (head.count("|") - 1)]
     for name, s in named:
-        wall = (f"{s['run_tasks']} tasks in {s['wall_s']:.1f} s ({s['runs']} run{'s' if s['runs'] != 1 else ''})" if "wall_s" in s else "")
+        wall = ""
+        if "wall_s" in s:
+            wall = f"{s['run_tasks']} tasks in {s['wall_s']:.1f} s ({s['runs']} run{'' if s['runs'] == 1 else 's'})"
         busy = "" if not s.get("busy") else (f"{s['busy'][0]:.0%}" if s["busy"][0] == s["busy"][1]
                                               else f"{s['busy'][0]:.0%}–{s['busy'][1]:.0%}")
         sp = "" if not s["speedups"] else "{:.3f}, {:.3f}, {:.3f}".format(*s["speedups"])
