@@ -2,7 +2,7 @@
 
 Usage: python benchmarks/bench_runs.py RUN [RUN ...] [--by-level] [--out FILE]
 
-Each RUN is a `kernelrl bench --out` folder: its `runs.jsonl` (one line per run or slice: wall time, tasks judged)
+Each RUN is a `kernelrl bench --out` folder: its `runs.jsonl` (one line per run or slice: wall time, judged tasks)
 and its `results.jsonl` (one verdict per task, with the seconds of each phase). For each RUN (and each level of it,
 with `--by-level`) one row: tasks, the summed wall clock of its runs and the rate it gives, the mean seconds a task
 of each GPU-stage phase (correctness, timing, graphs, finish) and of the stage, the rate the stage alone bounds,
@@ -15,42 +15,45 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import sys
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+from kernelrl.bench.cli import RUNS_FILE  # noqa: E402
+from kernelrl.bench.result import TaskResult  # noqa: E402
+from kernelrl.bench.resume import RESULTS_FILE, ResultLog  # noqa: E402
 
 PHASES = ("correctness", "timing", "graphs", "finish")
 LONG_GRAPH = 60  # replays a side: the adaptive rounds ran past their first pass
 
 
-def _lines(path: Path) -> list[dict]:
-    if not path.is_file():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+def load(run: Path) -> tuple[list[TaskResult], list[dict]]:
+    """The results (`ResultLog`: the last line of a task wins, a line cut short is skipped) and the run lines of one
+    bench output folder."""
+    if not (run / RESULTS_FILE).is_file():
+        raise SystemExit(f"{run}: no {RESULTS_FILE} (not a `kernelrl bench --out` folder)")
+    runs = run / RUNS_FILE
+    lines = runs.read_text().splitlines() if runs.is_file() else []
+    return list(ResultLog(run / RESULTS_FILE).load().values()), [json.loads(x) for x in lines if x.strip()]
 
 
-def load(run: Path) -> tuple[list[dict], list[dict]]:
-    """The verdict rows (each `result` of results.jsonl) and the run lines of one bench output folder."""
-    if not (run / "results.jsonl").is_file():
-        raise SystemExit(f"{run}: no results.jsonl (not a `kernelrl bench --out` folder)")
-    return [r["result"] for r in _lines(run / "results.jsonl")], _lines(run / "runs.jsonl")
-
-
-def summarise(rows: list[dict], runs: list[dict] | None) -> dict:
+def summarise(rows: list[TaskResult], runs: list[dict] | None) -> dict:
     """One summary row; `runs` None leaves the wall clock out."""
-    judged = [r for r in rows if (r.get("verdict") or {}).get("phases")]
+    phases = [r.verdict.phases for r in rows if r.verdict is not None and r.verdict.phases]
     out: dict = {"tasks": len(rows)}
     for p in PHASES:
-        out[p] = statistics.fmean(r["verdict"]["phases"].get(p, 0.0) for r in judged) if judged else None
-    stage = sum(sum(r["verdict"]["phases"].get(p, 0.0) for p in PHASES) for r in judged)
-    out["stage"] = stage / len(judged) if judged else None
-    out["stage_per_hour"] = 3600 * len(judged) / stage if stage > 0 else None
-    ok = sorted(r["speedup"] for r in rows if r.get("status") == "ok" and r.get("speedup") is not None)
+        out[p] = statistics.fmean(ph.get(p, 0.0) for ph in phases) if phases else None
+    stage = sum(ph.get(p, 0.0) for ph in phases for p in PHASES)
+    out["stage"] = stage / len(phases) if phases else None
+    out["stage_per_hour"] = 3600 * len(phases) / stage if stage > 0 else None
+    ok = sorted(r.speedup for r in rows if r.correct and r.speedup is not None)
     out["speedups"] = (ok[0], statistics.median(ok), ok[-1]) if ok else None
-    out["long_graphs"] = sum(1 for r in judged if ((r["verdict"].get("reference_graph") or {}).get("n") or 0)
-                             >= LONG_GRAPH)
-    if runs is not None:
-        wall, tasks = sum(r["wall_s"] for r in runs), sum(r["tasks"] for r in runs)
-        out["runs"], out["run_tasks"], out["wall_s"] = len(runs), tasks, wall
-        out["per_hour"] = 3600 * tasks / wall if wall > 0 else None
+    out["long_graphs"] = sum(1 for r in rows if r.verdict is not None and r.verdict.reference_graph is not None
+                             and r.verdict.reference_graph.n >= LONG_GRAPH)
+    if runs is not None:  # judged per hour as `kernelrl bench` counts them (`_log_run`), over all runs together
+        wall, judged = sum(r["wall_s"] for r in runs), sum(r["judged"] for r in runs)
+        out["runs"], out["run_tasks"], out["wall_s"] = len(runs), judged, wall
+        out["per_hour"] = 3600 * judged / wall if wall > 0 else None
         busy = [b for r in runs for b in (r.get("device_busy") or {}).values()]
         out["busy"] = (min(busy), max(busy)) if busy else None
     return out
@@ -66,7 +69,7 @@ def table(named: list[tuple[str, dict]]) -> str:
     for name, s in named:
         wall = ""
         if "wall_s" in s:
-            wall = f"{s['run_tasks']} tasks in {s['wall_s']:.1f} s ({s['runs']} run{'' if s['runs'] == 1 else 's'})"
+            wall = f"{s['run_tasks']} judged in {s['wall_s']:.1f} s ({s['runs']} run{'' if s['runs'] == 1 else 's'})"
         busy = "" if not s.get("busy") else (f"{s['busy'][0]:.0%}" if s["busy"][0] == s["busy"][1]
                                               else f"{s['busy'][0]:.0%}–{s['busy'][1]:.0%}")
         sp = "" if not s["speedups"] else "{:.3f}, {:.3f}, {:.3f}".format(*s["speedups"])
@@ -87,9 +90,8 @@ def main(argv=None) -> None:
         rows, runs = load(run)
         named.append((run.name, summarise(rows, runs)))
         if args.by_level:
-            for level in sorted({r.get("level", "") for r in rows}):
-                named.append((f"{run.name} {level}", summarise([r for r in rows if r.get("level", "") == level],
-                                                                None)))
+            for level in sorted({r.level for r in rows}):
+                named.append((f"{run.name} {level}", summarise([r for r in rows if r.level == level], None)))
     text = table(named)
     if args.out:
         args.out.write_text(text)

@@ -26,8 +26,8 @@ fi
 export PYTHONPATH="$PWD/src:/tmp/site" KERNELRL_CACHE=/tmp/kernelrl-cache${LANE:+-$LANE} PYTHONUNBUFFERED=1
 if [ -d .kernelrl-cache/gemm ]; then  # the cuBLASLt binding links the machine's libcublasLt: built here if missing
   export KERNELRL_GEMM_BUILD="$PWD/.kernelrl-cache/gemm"
-  python3 -c "from pathlib import Path; from kernelrl.gemm.build import build_cublaslt, cublaslt_is_current
-p = Path('$KERNELRL_GEMM_BUILD'); cublaslt_is_current(p) or build_cublaslt(p)" 2>&1 | tail -1
+  python3 -c "import os, kernelrl.gemm.build as b; b.build_cublaslt(b.Path(os.environ['KERNELRL_GEMM_BUILD']))" \
+    2>&1 | tail -1
 fi
 save() { ( flock 9; tar czf "$OUT/.results.tgz" --exclude='*.safetensors' --exclude='*.bin' --exclude='*.pt' --exclude='*.pth' -C "$RES" . 2>/dev/null && mv "$OUT/.results.tgz" "$OUT/results.tgz" ) \
            9>"$OUT/.lock"; }

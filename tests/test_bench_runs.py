@@ -5,6 +5,10 @@ from pathlib import Path
 
 import pytest
 
+from kernelrl.bench.result import TaskResult
+from kernelrl.bench.resume import RESULTS_FILE, ResultLog
+from kernelrl.verdict import Timing, Verdict
+
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_runs.py"
 spec = importlib.util.spec_from_file_location("bench_runs", SCRIPT)
 bench_runs = importlib.util.module_from_spec(spec)
@@ -14,13 +18,16 @@ spec.loader.exec_module(bench_runs)
 def verdict_row(task, level, speedup, correctness, graphs, replays=25, status="ok"):
     phases = {"reference": 4.0, "start_and_build": 4.0, "correctness": correctness, "timing": 1.0, "graphs": graphs,
               "finish": 0.5}
-    return {"key": task, "result": {"task": task, "level": level, "status": status, "speedup": speedup,
-                                    "verdict": {"phases": phases, "reference_graph": {"n": replays}}}}
+    graph = Timing(100.0, 100.0, 99.0, 101.0, 0.5, replays, "cuda_graph")
+    ok = status == "ok"
+    verdict = Verdict(status=status, speedup=speedup if ok else None, reference_graph=graph, phases=phases)
+    return TaskResult(task=task, level=level, status=status, speedup=speedup if ok else None, verdict=verdict)
 
 
-def write_run(path: Path, rows: list[dict], runs: list[dict]) -> Path:
-    path.mkdir()
-    (path / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+def write_run(path: Path, rows: list[TaskResult], runs: list[dict]) -> Path:
+    log = ResultLog(path / RESULTS_FILE)
+    for r in rows:
+        log.append(r.task, r)
     (path / "runs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in runs))
     return path
 
@@ -29,10 +36,10 @@ def test_the_rate_is_all_slices_tasks_over_their_summed_wall_and_the_phases_are_
     run = write_run(tmp_path / "run", [verdict_row("level1/a", "level1", 0.99, 2.0, 3.0, replays=75),
                                        verdict_row("level1/b", "level1", 1.01, 4.0, 1.0),
                                        verdict_row("level2/c", "level2", 1.00, 0.5, 2.0, replays=60)],
-                    [{"wall_s": 20.0, "tasks": 2, "device_busy": {"cuda": 0.9}},
-                     {"wall_s": 16.0, "tasks": 1, "device_busy": {"cuda": 0.8}}])
+                    [{"wall_s": 20.0, "tasks": 2, "judged": 2, "device_busy": {"cuda": 0.9}},
+                     {"wall_s": 16.0, "tasks": 2, "judged": 1, "device_busy": {"cuda": 0.8}}])  # one had no candidate
     s = bench_runs.summarise(*bench_runs.load(run))
-    assert s["per_hour"] == pytest.approx(3600 * 3 / 36.0)  # not the mean of the slices' rates (360 and 225)
+    assert s["per_hour"] == pytest.approx(3600 * 3 / 36.0)  # judged ones only; not the mean of the slices' rates
     assert s["correctness"] == pytest.approx(6.5 / 3) and s["graphs"] == pytest.approx(2.0)
     assert s["stage"] == pytest.approx((6.5 + 3 + 6 + 1.5) / 3)  # correctness, timing, graphs, finish
     assert s["stage_per_hour"] == pytest.approx(3600 * 3 / 17.0)
@@ -43,13 +50,22 @@ def test_a_level_row_leaves_the_wall_clock_out_and_failed_verdicts_out_of_the_sp
     run = write_run(tmp_path / "run", [verdict_row("level1/a", "level1", 1.02, 2.0, 3.0),
                                        verdict_row("level1/b", "level1", 0.5, 1.0, 1.0, status="incorrect"),
                                        verdict_row("level2/c", "level2", 1.00, 0.5, 2.0)],
-                    [{"wall_s": 36.0, "tasks": 3}])
+                    [{"wall_s": 36.0, "tasks": 3, "judged": 3}])
     bench_runs.main([str(run), "--by-level"])
     lines = capsys.readouterr().out.splitlines()
     assert [line.split(" | ")[0] for line in lines[2:]] == ["| run", "| run level1", "| run level2"]
     level1 = lines[3].split(" | ")
     assert level1[2:5] == ["", "", ""]  # wall clock, per hour, busy
-    assert "1.020, 1.020, 1.020" in lines[3] and "3 tasks in 36.0 s (1 run)" in lines[2]
+    assert "1.020, 1.020, 1.020" in lines[3] and "3 judged in 36.0 s (1 run)" in lines[2]
+
+
+def test_a_task_judged_again_counts_once_with_its_last_verdict_and_a_line_cut_short_is_skipped(tmp_path):
+    run = write_run(tmp_path / "run", [verdict_row("level1/a", "level1", 0.5, 9.0, 9.0),
+                                       verdict_row("level1/a", "level1", 1.0, 1.0, 1.0)], [])
+    with (run / RESULTS_FILE).open("a") as f:
+        f.write('{"key": "level1/b", "result": {"task": "lev')  # a run killed while writing
+    s = bench_runs.summarise(*bench_runs.load(run))
+    assert s["tasks"] == 1 and s["correctness"] == 1.0 and s["speedups"] == (1.0, 1.0, 1.0)
 
 
 def test_a_folder_without_results_is_refused_in_one_line(tmp_path):

@@ -254,6 +254,34 @@ def test_the_build_knows_from_its_manifest_which_kernels_a_library_holds(tmp_pat
     assert not b.cutlass_is_current(tmp_path, configs)  # a failed link leaves no manifest behind
 
 
+def test_the_cublaslt_binding_is_built_once_for_its_source(tmp_path, monkeypatch):
+    from pathlib import Path
+
+    import kernelrl.gemm.build as b
+
+    lib_dir = tmp_path / "cuda" / "lib"
+    lib_dir.mkdir(parents=True)
+    (lib_dir / "libcublasLt.so.13").write_bytes(b"")
+    built = []
+
+    def nvcc(cmd, **kw):
+        built.append(cmd)
+        Path(cmd[cmd.index("-o") + 1]).write_bytes(b"lib")
+        return subprocess.CompletedProcess(cmd, 0)
+
+    monkeypatch.setattr(b, "cublas_dirs", lambda: (tmp_path / "cuda" / "include", lib_dir))
+    monkeypatch.setattr(b.subprocess, "run", nvcc)
+    out = tmp_path / "build"
+    assert b.build_cublaslt(out, log=lambda _: None) == out / b.LT_LIB_NAME and b.cublaslt_is_current(out)
+    assert len(built) == 1 and "-l:libcublasLt.so.13" in built[0]
+    b.build_cublaslt(out, log=lambda _: None)
+    assert len(built) == 1  # current: not compiled again
+    with monkeypatch.context() as m:
+        m.setattr(b, "_digest", lambda path: "0000000000")  # the binding's source changed since
+        b.build_cublaslt(out, log=lambda _: None)
+    assert len(built) == 2
+
+
 def test_split_k_names_round_trip_and_a_malformed_one_says_the_form():
     for c in SPLITK_TILES:
         assert c.smem_bytes <= SMEM_BYTES

@@ -173,10 +173,13 @@ def _digest(path: Path) -> str:
 
 
 def build_cublaslt(build_dir: Path = DEFAULT_BUILD_DIR, log=print) -> Path:
-    """Compile the cuBLASLt binding; it links the libcublasLt that torch loads (same soname)."""
+    """Compile the cuBLASLt binding unless `build_dir` holds one built from the current source; it links the
+    libcublasLt that torch loads (same soname)."""
+    lib = build_dir / LT_LIB_NAME
+    if cublaslt_is_current(build_dir):
+        return lib
     inc, lib_dir = cublas_dirs()
     build_dir.mkdir(parents=True, exist_ok=True)
-    lib = build_dir / LT_LIB_NAME
     soname = sorted(p.name for p in lib_dir.glob("libcublasLt.so.*"))[0]
     subprocess.run(["nvcc", "-std=c++17", "-O2", "-Xcompiler=-fPIC", "-shared", f"-I{inc}", str(LT_SOURCE),
                     "-o", str(lib), f"-L{lib_dir}", f"-l:{soname}"], check=True)

@@ -226,12 +226,11 @@ def _gap_lines(rows: list[dict], s: Summary) -> list[str]:
              f"(geomean over the group; A, B and C counted once each): where it already runs near the GPU's "
              f"tensor-core or memory rate, a faster kernel has little room.", ""]
     roof = roofline(rows)
-    ceiling = {id(r): c for r, c in zip(rows, ceilings(rows, roof))}
     lines += [f"The ceiling column is the geomean speedup of a kernel that ran every shape at this run's own best: "
               f"{roof[0]:.0f} TFLOP/s and {roof[1]:.2f} TB/s (the highest any implementation reached on any shape) "
               f"and {roof[2]:.1f} us (the shortest time measured); per shape, torch.matmul's time over the largest "
               f"of flops / that rate, bytes / that rate and that time. Over all shapes: "
-              f"{geomean(list(ceiling.values())):.3f}. It is a bound, not a target: tile and wave quantization keep "
+              f"{geomean(ceilings(rows, roof)):.3f}. It is a bound, not a target: tile and wave quantization keep "
               f"real kernels below it on most shapes.", ""]
     tables = (("torch.matmul device time", size_classes(rows)), ("kernel family", list(families(rows).items())),
               ("what bounds the shape", shape_kinds(rows)))
@@ -242,7 +241,7 @@ def _gap_lines(rows: list[dict], s: Summary) -> list[str]:
         for (name, n, g, share, whole), (_, rs) in zip(gap_by(rows, groups, target), groups):
             tflops, tbs = torch_rates(rs)
             lines.append(f"| {name} | {n} | {g:.3f} | {share:.0%} | {whole:.3f} | "
-                         f"{geomean([ceiling[id(r)] for r in rs]):.3f} | {tflops:.0f} | {tbs:.2f} |")
+                         f"{geomean(ceilings(rs, roof)):.3f} | {tflops:.0f} | {tbs:.2f} |")
         lines.append("")
     return lines
 
