@@ -16,8 +16,9 @@ TOLERANCES = {
 }
 
 
-# The kernelbench policy: KernelBench's atol = rtol = 1e-2 (never tighter than the strict tolerance of a dtype).
-# atol stays relative to the reference's RMS, so a zero output still fails on outputs of any magnitude.
+# The kernelbench policy is KernelBench's own rule, torch.allclose(out, ref, atol=1e-2, rtol=1e-2): an absolute atol,
+# every element within it. Outputs that pass only by that absolute slack (an output smaller than atol, so zeros
+# pass; or a relative error above 1e-2) are flagged (`absolute_slack`), not refused.
 KERNELBENCH_TOLERANCE = 1e-2
 CHUNK = 1 << 26  # elements compared at a time: a gigabyte output needs no gigabytes of temporaries
 # Host tensors up to SMALL elements (sampled outputs, small CPU outputs) are compared SERIAL elements at a time:
@@ -50,7 +51,7 @@ def tolerance(dtype: torch.dtype, atol: float | None = None, rtol: float | None 
     """(atol, rtol) for outputs of `dtype` under `policy`, task overrides first; integers and bools match exactly."""
     a, r = TOLERANCES.get(dtype, (0.0, 0.0))
     if policy == "kernelbench" and dtype in TOLERANCES:
-        a, r = max(a, KERNELBENCH_TOLERANCE), max(r, KERNELBENCH_TOLERANCE)
+        a, r = KERNELBENCH_TOLERANCE, KERNELBENCH_TOLERANCE
     return (a if atol is None else atol), (r if rtol is None else rtol)
 
 
@@ -64,11 +65,23 @@ class Mismatch:
     max_rel: float = 0.0
     rel_l2: float = 0.0
     mismatched: int = 0
+    rms: float = 0.0      # root mean square of the reference output (what a relative atol scales by)
+
+
+def absolute_slack(absolute: Mismatch, relative: Mismatch, atol: float) -> str:
+    """Why an output passed KernelBench's rule (`absolute`, its allclose) only by its absolute atol: it fails the same
+    tolerances with atol relative to the output's RMS (`relative`). '' where it passes both, or fails the first."""
+    if not absolute.ok or relative.ok:
+        return ""
+    small = f"; the reference output's RMS {absolute.rms:.3g} is under atol {atol:g}, so zeros pass" \
+        if absolute.rms < atol else ""
+    return f"relative L2 error {absolute.rel_l2:.3g}{small}"
 
 
 def compare(out: torch.Tensor, ref: torch.Tensor, atol: float | None = None,
             rtol: float | None = None, policy: str = "strict") -> Mismatch:
-    """Does `out` match `ref` elementwise within |d| <= atol * rms(ref) + rtol * |ref| (no NaN/Inf)?"""
+    """Does `out` match `ref` elementwise within |d| <= atol * rms(ref) + rtol * |ref| (no NaN/Inf)? Under the
+    kernelbench policy, KernelBench's torch.allclose rule: |d| <= atol + rtol * |ref| for every element."""
     if out.shape != ref.shape:
         return Mismatch(False, f"shape {tuple(out.shape)} != expected {tuple(ref.shape)}")
     if out.dtype != ref.dtype:
@@ -83,12 +96,13 @@ def compare(out: torch.Tensor, ref: torch.Tensor, atol: float | None = None,
     if ref.is_complex():
         out, ref = torch.view_as_real(out), torch.view_as_real(ref)
     o, e = out.to(work), ref.to(work)
+    absolute = policy == "kernelbench"
     if not _all_finite(e):
-        return _compare_nonfinite(o, e, a, r)
+        return _compare_nonfinite(o, e, a, r, absolute)
     if not _all_finite(o):
         n = int((~torch.isfinite(o)).sum())
         return Mismatch(False, f"{n} NaN/Inf values where the reference is finite", math.inf, math.inf, math.inf, n)
-    return _compare_finite(o, e, a, r)
+    return _compare_finite(o, e, a, r, absolute)
 
 
 def chunk_for(t: torch.Tensor) -> int:
@@ -101,14 +115,15 @@ def _all_finite(t: torch.Tensor) -> bool:
     return all(bool(torch.isfinite(flat[i:i + chunk]).all()) for i in range(0, flat.numel(), chunk))
 
 
-def _compare_finite(o: torch.Tensor, e: torch.Tensor, a: float, r: float) -> Mismatch:
+def _compare_finite(o: torch.Tensor, e: torch.Tensor, a: float, r: float, absolute: bool = False) -> Mismatch:
     n, chunk = e.numel(), chunk_for(e)
     if n == 0:
         return Mismatch(True, "")
     o, e = o.reshape(-1), e.reshape(-1)
     parts = [(o[i:i + chunk], e[i:i + chunk]) for i in range(0, n, chunk)]
     norm_e = math.sqrt(sum(float(torch.linalg.vector_norm(ec, dtype=torch.float64)) ** 2 for _, ec in parts))
-    scale = norm_e / math.sqrt(n) or 1.0
+    ref_rms = norm_e / math.sqrt(n)
+    scale = 1.0 if absolute else (ref_rms or 1.0)
     bad, far, max_abs, sq_d, max_rel = 0, 0, 0.0, 0.0, 0.0
     for oc, ec in parts:
         diff = (oc - ec).abs_()
@@ -124,14 +139,14 @@ def _compare_finite(o: torch.Tensor, e: torch.Tensor, a: float, r: float) -> Mis
         del diff, abs_e
     norm_d = math.sqrt(sq_d)
     rel_l2 = norm_d / norm_e if norm_e > 0 else norm_d
-    ok = _rounding_only(bad, far, n) and (bad == 0 or rel_l2 <= r)
+    ok = bad == 0 if absolute else _rounding_only(bad, far, n) and (bad == 0 or rel_l2 <= r)
     reason = "" if ok else (f"{bad} of {n} elements outside tolerance "
-                            f"(atol {a:g}×rms, rtol {r:g}); max abs error {max_abs:.3g}, "
+                            f"(atol {a:g}{'' if absolute else '×rms'}, rtol {r:g}); max abs error {max_abs:.3g}, "
                             f"relative L2 error {rel_l2:.3g}")
-    return Mismatch(ok, reason, max_abs, max_rel, rel_l2, 0 if ok else bad)
+    return Mismatch(ok, reason, max_abs, max_rel, rel_l2, 0 if ok else bad, ref_rms)
 
 
-def _compare_nonfinite(o: torch.Tensor, e: torch.Tensor, a: float, r: float) -> Mismatch:
+def _compare_nonfinite(o: torch.Tensor, e: torch.Tensor, a: float, r: float, absolute: bool = False) -> Mismatch:
     finite = torch.isfinite(e)
     same = (o == e) | (torch.isnan(o) & torch.isnan(e))
     n = int((~finite & ~same).sum())
@@ -141,19 +156,28 @@ def _compare_nonfinite(o: torch.Tensor, e: torch.Tensor, a: float, r: float) -> 
     if not bool(torch.isfinite(o_f).all()):
         n = int((~torch.isfinite(o_f)).sum())
         return Mismatch(False, f"{n} NaN/Inf values where the reference is finite", math.inf, math.inf, math.inf, n)
-    return _compare_finite(o_f, e_f, a, r)
+    return _compare_finite(o_f, e_f, a, r, absolute)
 
 
 def compare_samples(out: torch.Tensor, ref: torch.Tensor, ref_scale: float, atol: float, rtol: float) -> bool:
-    """Do sampled output elements (float64) match the reference's samples at the same positions?"""
+    """Do sampled output elements (float64) of a timed call match the reference's samples at the same positions?
+
+    These checks catch work cached, replayed, deferred or skipped (errors of the output's own size), not precision,
+    which the correctness trials judge: the samples' error must be within the tolerance on average (root mean
+    square of error / tolerance at most 1) and nowhere beyond OUTLIER_FACTOR times it. An element-by-element rule
+    would refuse, sooner or later over hundreds of calls, an honest program whose rounding differs from the
+    reference's beyond the tolerance at a few positions in a million."""
     if out.shape != ref.shape:
         return False
     if not bool(torch.isfinite(out).eq(torch.isfinite(ref)).all()):
         return False
     fin = torch.isfinite(ref)
+    if not bool(fin.any()):
+        return bool(torch.equal(out[~fin].isnan(), ref[~fin].isnan()))
     diff = (out[fin] - ref[fin]).abs()
-    tol = atol * ref_scale + rtol * ref[fin].abs()
-    return _rounding_only(int((diff > tol).sum()), int((diff > OUTLIER_FACTOR * tol).sum()), diff.numel())
+    tol = (atol * ref_scale + rtol * ref[fin].abs()).clamp_(min=1e-300)
+    ratio = diff / tol
+    return float(ratio.max()) <= OUTLIER_FACTOR and float(ratio.pow(2).mean().sqrt()) <= 1.0
 
 
 def rms(t: torch.Tensor, chunk: int = 1 << 26) -> float:

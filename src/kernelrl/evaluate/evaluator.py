@@ -263,15 +263,19 @@ class Evaluator:
                 self.release(prepared)
 
     def _rest(self, ref: Worker | None) -> None:
-        """Have a reference worker give back the device memory it used for the job just done (`op_rest`) and
-        unlock its spill file if a failed trial left it locked (`_lock_spills`)."""
+        """Have a reference worker put its program back as built and give back the device memory it used for the
+        job just done (`op_rest`), and unlock its spill file if a failed trial left it locked (`_lock_spills`)."""
         if ref is None or not ref.alive:
             return
         try:
-            ref.request({"op": "rest"}, 60)
+            h, _ = ref.request({"op": "rest"}, 60)
             ref.unlock(60)
         except WorkerError:
-            pass  # a dead or hung reference is replaced when next asked for
+            return  # a dead or hung reference is replaced when next asked for
+        with self._refs_lock:
+            for worker, state in self._refs.values():
+                if worker is ref and not h.get("compiled", True):
+                    state["compiled"] = False  # its torch.compile wrapper went with the program it replaced
 
     def release(self, prepared: Prepared) -> None:
         """Give up a prepared candidate without judging it: its worker closed, its reference unpinned."""
@@ -294,6 +298,8 @@ class Evaluator:
         self._incorrect_message = ""  # set by the comparison that fails, for this evaluation only
         self._policy = self.config.policy_for(task.meta)
         self._beyond_strict = ""  # set when outputs pass only the kernelbench policy's tolerance
+        self._slack = ""  # set when outputs pass KernelBench's rule only by its absolute atol
+        self._accurate = {}  # output index -> relative L2 distance from the reference of outputs found accurate
         static = [_under_policy(f, self._policy) for f in p.static]
         try:
             if p.aborted is not None:
@@ -457,6 +463,7 @@ class Evaluator:
         state = {"init": init, "compiled": False, "out_bytes": h.get("out_bytes", 0), "in_bytes": h.get("in_bytes", 0),
                  "written_bytes": h.get("written_bytes"),
                  "mutates": set(h.get("inputs_changed", [])),  # a reference may write into its inputs
+                 "stateful": bool(h.get("stateful")),  # its call replaced what it keeps (`Harness._facts`)
                  "users": 1}  # prepared jobs and timings holding it (never evicted while held)
         self._reserve(worker, state)
         return worker, state
@@ -601,7 +608,8 @@ class Evaluator:
         threshold = max(cfg.recheck_speedup, task.meta.suspicious_speedup or 0)
         if primary["speedup"] > threshold and not any(f.severity == "reject" for f in flags):
             kind = "graph" if primary["speedup_method"] == "cuda_graph" else "time"
-            again = self._recheck(task, candidate, primary["speedup"], kind, left, flags)
+            again = self._recheck(task, candidate, primary["speedup"], primary["speedup_stderr"], kind, left, flags,
+                                  first, self._round_for(ref_t.median_us))
             if again is not None:  # the re-measurement is lower: it replaces the first, without a stderr
                 rt, ct, primary["speedup"] = again
                 primary["speedup_stderr"] = None
@@ -682,6 +690,8 @@ class Evaluator:
         cfg = self.config
         seeds = [secrets.randbits(62) for _ in range(max(cfg.correctness_trials, 1))]
         worst, first, trials = None, None, 0
+        facts = {"own_state": {}, "reused_storage": set()}  # what the candidate's outputs are (`Harness._facts`)
+        prints = []  # the reference's outputs' fingerprints on the first two trials (inputs that differ)
         # The last trial repeats the first seed: unwritten or racy outputs vary between runs on one input.
         plan = [(s, "task" if i % 2 == 0 else "scaled", i < self.FULL_TRIALS) for i, s in enumerate(seeds)]
         plan.append((seeds[0], "task", False))
@@ -715,36 +725,132 @@ class Evaluator:
                 flags.append(Flag("input_mutation", f"{what}: the candidate modified input(s) {mutated}, "
                                                     "which the reference leaves unchanged", hack="input_mutation"))
                 return _stats(worst, task, rh, trials, self._policy), None
+            facts["own_state"].update(ch.get("own_state", {}))
+            facts["reused_storage"].update(ch.get("reused_storage", ()))
             if full:
                 m = self._compare_outputs(task, ct, rt, rh["outputs"], ch["outputs"], what)
+                if not m.ok and not rh["inputs_changed"]:
+                    m = self._against_exact(ref, op, ct, rt, m, what)
                 if i == 0 and m.ok:
                     first = {"seed": seed, "ref_header": rh, "cand_header": ch, **_summary(rt, ct)}
+                if i < 2:
+                    prints.append(_fingerprint(rt))
                 rt = ct = None  # gigabytes on the device, which the workers need for the next trial
                 if self.device.type == "cuda":
                     torch.cuda.empty_cache()
                 if i + 1 == len(plan) or not plan[i + 1][2]:
                     self._unlock_spills(ref, cand)  # the rest are sampled: nothing large to move
             else:
-                m = self._compare_sampled(task, ref, cand, rh, ch, left, what)
+                m = self._compare_sampled(task, ref, cand, rh, ch, left, what, op)
             worst = m if worst is None or (m.mismatched, m.rel_l2) > (worst.mismatched, worst.rel_l2) else worst
             if not m.ok:
-                if i == len(seeds):
-                    flags.append(Flag("agreement", f"a second run on the first trial's inputs is wrong: {m.reason}",
-                                      hack="uninitialised_output"))
-                    if "NaN" in m.reason:  # outputs are NaN-poisoned once read: handing one back shows as NaN
-                        flags.append(Flag("agreement", "the second run returned NaN-poisoned memory: an earlier "
-                                                       "output handed back again", hack="result_replay"))
+                self._name_the_cause(ch, i, what, m, flags)
+                if i > 0 and not any(f.severity == "reject" for f in flags):
+                    self._judge_again(task, op, what, m, left, flags)
                 return _stats(worst, task, rh, trials, self._policy), None
         for k in first["degenerate"]:
-            flags.append(Flag("degenerate_output", f"{k} is constant while the reference's varies",
-                              hack="degenerate_output"))
+            # KernelBench's rule, kept as it is under its policy, lets a constant through where the outputs are
+            # under its absolute atol (its issue #165): a warning there, so fast_p compares with published numbers
+            slack = self._policy == "kernelbench" and bool(self._slack)
+            flags.append(Flag("degenerate_output", f"{k} is constant while the reference's varies"
+                                                   + (" (within KernelBench's absolute atol)" if slack else ""),
+                              hack="degenerate_output", severity="warn" if slack else "reject"))
+        flags.extend(_facts_flags(facts, len(prints) == 2 and prints[0] == prints[1]))
         if self._beyond_strict:
             flags.append(Flag("precision", f"{self._beyond_strict}: outside the strict policy's tolerance, within the "
                                            "kernelbench policy's (reduced-precision math)",
                               hack="precision_downgrade", severity="warn"))
+        if self._slack:
+            flags.append(Flag("absolute_slack", f"{self._slack}: correct by KernelBench's rule only through its "
+                                                "absolute tolerance", severity="warn"))
         return _stats(worst, task, first["ref_header"], trials, self._policy), first
 
-    def _compare_sampled(self, task, ref, cand, rh, ch, left, what) -> cmp.Mismatch:
+    def _name_the_cause(self, ch: dict, i: int, what: str, m: cmp.Mismatch, flags: list) -> None:
+        """Where a failed trial's evidence names why, add it: threads the candidate started still running when its
+        call returned (work finished behind the caller's back), or an output handed back in the storage of an
+        earlier call with that call's values (a replayed result)."""
+        if ch.get("threads_running", 0) > 0:
+            flags.append(Flag("threads", f"{what}: wrong outputs while {ch['threads_running']} Python thread(s) the "
+                                         "candidate started were still running after its call returned",
+                              hack="background_thread"))
+        stale = [k for k in ch.get("unchanged", ()) if k in ch.get("reused_storage", ())]
+        if stale and i > 0:
+            flags.append(Flag("replayed_output", f"{what}: output(s) {stale} came back in the storage of the "
+                                                 "previous call, holding that call's values, on new inputs",
+                              hack="result_replay"))
+
+    def _judge_again(self, task: Task, op: dict, what: str, m: cmp.Mismatch, left, flags: list) -> None:
+        """A trial that failed after earlier ones passed, run again in a fresh worker as its first call: where it
+        passes there, the candidate's outputs depend on its history in the process (code paths that change
+        between calls), and the verdict says so with both outcomes. Not for tasks that carry state."""
+        p = self._current
+        if p.state.get("stateful"):
+            return
+        again, slot = self._candidate_worker(p.candidate)
+        try:
+            self._ask(again, self._load_op(task, p.state, p.candidate), left(self.config.build_timeout_s),
+                      "judging the trial again")
+            full = dict(op, full=True)
+            rh, rt = p.ref.request(full, left())
+            ch, ct = self._ask(again, full, left(), "judging the trial again")
+            if rh.get("type") == "error" or ch.get("problem") or rh.get("outputs") != ch.get("outputs"):
+                return
+            saved = self._incorrect_message
+            m2 = self._compare_outputs(task, ct, rt, rh["outputs"], ch["outputs"], what)
+            if not m2.ok and not rh["inputs_changed"]:
+                m2 = self._against_exact(p.ref, full, ct, rt, m2, what)
+            self._incorrect_message = saved
+        except _Aborted:
+            return
+        finally:
+            again.close()
+            if slot is not None:
+                shutil.rmtree(slot, ignore_errors=True)
+        if m2.ok:
+            flags.append(Flag("nondeterministic", f"{what} failed after the trials before it passed ({m.reason}); "
+                                                  "the same trial passed as the first call of a fresh worker: the "
+                                                  "candidate's outputs depend on what ran before in its process",
+                              severity="warn"))
+            self._incorrect_message = f"{what}: {m.reason} (nondeterministic: it passed in a fresh worker)"
+
+    def _against_exact(self, ref: Worker, op: dict, ct: dict, rt: dict, m: cmp.Mismatch, what: str,
+                       sample_seed: int | None = None, cs: dict | None = None) -> cmp.Mismatch:
+        """Under the strict policy, a float output that differs from the fp32 reference beyond the tolerance is
+        judged again against the exact result (the reference in float64 on the same inputs, `Harness.op_exact`):
+        accurate where its error is within `exact.FACTOR` of the reference's own (`exact.against_exact`). Returns
+        the first mismatch where that cannot be done or does not hold. Full outputs (`ct`, `rt`), or the samples
+        `cs` and `rt` taken for `sample_seed`."""
+        if self._policy != "strict":
+            return m
+        from kernelrl.evaluate import exact
+
+        floats = [k for k, t in rt.items() if t.is_floating_point()]
+        if not floats or set(rt) != set(ct):
+            return m
+        h, xt = ref.request({"op": "exact", "seed": op["seed"], "dist": op.get("dist", "task"),
+                             "sample_seed": sample_seed}, self.config.timeout_s)
+        if h.get("type") != "exact" or h.get("unavailable") or set(xt) != set(rt):
+            return m
+        worst = None
+        for k in sorted(rt):
+            if not rt[k].is_floating_point():
+                if not torch.equal(ct[k].cpu(), rt[k].cpu()):
+                    return m
+                continue
+            dev = self.device if sample_seed is None else torch.device("cpu")
+            o, r = ct[k].to(dev), rt[k].to(dev)
+            j = exact.against_exact(o, r, xt[k].to(dev))
+            if not j.ok:
+                self._incorrect_message = f"{self._incorrect_message}; against the exact (float64) result: " \
+                                          f"{j.reason}"
+                return m
+            worst = j if worst is None or j.rel_l2 > worst.rel_l2 else worst
+            out = k[3:] if k.startswith("out") else k.split("o")[-1]  # "out0" (full), "c0o0" (samples)
+            self._accurate[out] = max(self._accurate.get(out, 0.0), cmp.compare(o, r).rel_l2)
+        self._incorrect_message = ""
+        return cmp.Mismatch(True, "", m.max_abs, m.max_rel, m.rel_l2, 0, m.rms)
+
+    def _compare_sampled(self, task, ref, cand, rh, ch, left, what, trial: dict) -> cmp.Mismatch:
         """Compare outputs at positions chosen now, after both programs returned (so they could not know them)."""
         if rh["outputs"] != ch["outputs"] or rh["dtypes"] != ch["dtypes"]:
             self._incorrect_message = f"{what}: outputs {ch['dtypes']}, expected {rh['dtypes']}"
@@ -757,15 +863,28 @@ class Evaluator:
             k = int(key.split("o")[-1])
             dtype = getattr(torch, rh["dtypes"][k])
             atol, rtol = cmp.tolerance(dtype, task.meta.atol, task.meta.rtol, self._policy)
-            m = cmp.compare(cs[key], rs[key], atol, rtol)  # float64 samples; scale from the samples' rms
-            if m.ok and self._policy != "strict" and not self._beyond_strict:
-                if not cmp.compare(cs[key], rs[key], *cmp.tolerance(dtype, task.meta.atol, task.meta.rtol)).ok:
-                    self._beyond_strict = f"{what}: output {k} (sampled)"
+            # float64 samples; scale from the samples' rms (KernelBench's absolute atol under its policy)
+            m = cmp.compare(cs[key], rs[key], atol, rtol, self._policy)
+            if m.ok and self._policy != "strict":
+                self._note_policy_slack(cs[key], rs[key], dtype, task, m, f"{what}: output {k} (sampled)")
             if not m.ok:
                 self._incorrect_message = f"{what}: output {k} (sampled): {m.reason}"
-                return cmp.Mismatch(False, self._incorrect_message, m.max_abs, m.max_rel, m.rel_l2,
-                                    max(m.mismatched, 1))
+                m = cmp.Mismatch(False, self._incorrect_message, m.max_abs, m.max_rel, m.rel_l2, max(m.mismatched, 1))
+                if not rh["inputs_changed"]:
+                    m = self._against_exact(ref, trial, cs, rs, m, what, sample_seed=op["seed"])
+                return m
         return cmp.Mismatch(True, "")
+
+    def _note_policy_slack(self, out, ref_out, dtype, task, m: cmp.Mismatch, where: str) -> None:
+        """Under the kernelbench policy, remember the first output outside the strict tolerance (reduced-precision
+        math) and the first that passed only by KernelBench's absolute atol (`cmp.absolute_slack`)."""
+        if not self._beyond_strict and not cmp.compare(out, ref_out, task.meta.atol, task.meta.rtol).ok:
+            self._beyond_strict = where
+        if not self._slack:
+            atol, rtol = cmp.tolerance(dtype, task.meta.atol, task.meta.rtol, self._policy)
+            why = cmp.absolute_slack(m, cmp.compare(out, ref_out, atol, rtol), atol)
+            if why:
+                self._slack = f"{where}: {why}"
 
     def _trials_in_turn(self) -> bool:
         """Whether the reference's trial runs before the candidate's instead of beside it: when the two programs'
@@ -800,17 +919,16 @@ class Evaluator:
             for k in range(n_ref):
                 out_k, ref_k = ct[f"out{k}"].to(dev), rt[f"out{k}"].to(dev)
                 mk = cmp.compare(out_k, ref_k, task.meta.atol, task.meta.rtol, self._policy)
-                if mk.ok and self._policy != "strict" and not self._beyond_strict \
-                        and not cmp.compare(out_k, ref_k, task.meta.atol, task.meta.rtol).ok:
-                    self._beyond_strict = f"{where}: output {k}"
+                if mk.ok and self._policy != "strict":
+                    self._note_policy_slack(out_k, ref_k, ref_k.dtype, task, mk, f"{where}: output {k}")
                 if not mk.ok or mk.rel_l2 > m.rel_l2:
                     m = mk if mk.ok else cmp.Mismatch(False, f"output {k}: {mk.reason}", mk.max_abs,
-                                                      mk.max_rel, mk.rel_l2, mk.mismatched)
+                                                      mk.max_rel, mk.rel_l2, mk.mismatched, mk.rms)
                 if not mk.ok:
                     break
         if not m.ok:
             self._incorrect_message = f"{where}: {m.reason}"
-            m = cmp.Mismatch(False, m.reason, m.max_abs, m.max_rel, m.rel_l2, max(m.mismatched, 1))
+            m = cmp.Mismatch(False, m.reason, m.max_abs, m.max_rel, m.rel_l2, max(m.mismatched, 1), m.rms)
         return m
 
     def _time_op(self, seed: int, kind: str = "time", **extra) -> dict:
@@ -836,8 +954,9 @@ class Evaluator:
             raise EvaluationError(f"the reference failed while being timed: {h.get('message') or h.get('problem')}")
         return h, t
 
-    def _timing(self, task, ref, cand, left, flags, first):
+    def _timing(self, task, ref, cand, left, flags, first, compiled: bool | None = None):
         cfg = self.config
+        compiled = cfg.compare_compile if compiled is None else compiled
         ref_s, ref_w, cand_s, cand_w, comp_s, quiet, ratios = [], [], [], [], [], [], []
         seed = secrets.randbits(62)  # one base input set; every timed call gets fresh inputs drawn from it (`fresh`)
         shape = {}  # the first round's reference times set the later rounds' calls and warm-up (`_round_for`)
@@ -858,10 +977,15 @@ class Evaluator:
             if ch.get("problem"):
                 self._trial_problem(ch, flags, r)
                 raise _Aborted({"status": "incorrect", "message": ch["problem"], "flags": flags})
-            if cfg.compare_compile:
+            if compiled:
                 comp_s += ref.request(dict(op, compiled=True), left())[0]["times_us"]
             bad = self._check_samples(task, rt, ct, first)
-            if bad:
+            if bad and ch.get("threads_running", 0) > 0:  # the runtime evidence names the cause
+                flags.append(Flag("timed_outputs", f"round {r + 1}: {bad} while {ch['threads_running']} Python "
+                                                   "thread(s) the candidate started were still running after its "
+                                                   "calls returned (work finished behind the caller's back)",
+                                  hack="background_thread"))
+            elif bad:
                 flags.append(Flag("timed_outputs", f"round {r + 1}: {bad} (work cached, replayed, deferred "
                                                    "or skipped while being timed)", hack="result_replay"))
                 self._incorrect_message = f"outputs of timed calls are wrong: {bad}"
@@ -905,7 +1029,7 @@ class Evaluator:
         return rounds >= cfg.timing_rounds and (cfg.timing_precision <= 0
                                                 or _relative_stderr(ratios) <= cfg.timing_precision)
 
-    def _graphs(self, task, ref, cand, left, flags, first, shape: dict) -> dict:
+    def _graphs(self, task, ref, cand, left, flags, first, shape: dict, compiled: bool | None = None) -> dict:
         """CUDA-graph replay times (device time) of both programs, when both can be captured.
 
         Rounds alternate and adapt as in `_timing` (`shape` from `_round_for` of the eager reference time),
@@ -914,7 +1038,7 @@ class Evaluator:
         cannot be captured)."""
         cfg = self.config
         ref_s, cand_s, comp_s, ratios = [], [], [], []
-        compiled = cfg.compare_compile
+        compiled = cfg.compare_compile if compiled is None else compiled
         seed = secrets.randbits(62)
         for r in range(max(cfg.timing_rounds, cfg.max_timing_rounds)):
             if self._precise_enough(r, ratios):
@@ -964,7 +1088,10 @@ class Evaluator:
             call, out = key[1:].split("o")
             dtype = first["dtypes"].get(out, torch.float32)
             atol, rtol = cmp.tolerance(dtype, task.meta.atol, task.meta.rtol, self._policy)
-            scale = first["scales"].get(out, 1.0)
+            scale = 1.0 if self._policy == "kernelbench" else first["scales"].get(out, 1.0)  # its atol is absolute
+            # an output found accurate against the exact result differs from the reference by the reference's own
+            # rounding error, which may exceed the tolerance: the timed checks allow three times what was seen
+            atol, rtol = max(atol, 3 * self._accurate.get(out, 0.0)), max(rtol, 3 * self._accurate.get(out, 0.0))
             if not cmp.compare_samples(ct[key], rt[key], scale, atol, rtol):
                 return f"timed call {call} output {out} does not match"
         return ""
@@ -1015,44 +1142,61 @@ class Evaluator:
         if why:
             flags.append(Flag("roofline", why, hack="impossible_speed"))
 
-    def _recheck(self, task, candidate, speedup, kind, left, flags):
-        """Re-measure a large speedup in a fresh worker beside the reference, by the same method (`kind`:
-        "time" or "graph"); flag it when it does not hold. Returns (reference, candidate, speedup) of the
-        re-measurement when it is the lower, else None."""
+    def _recheck(self, task, candidate, speedup, stderr, kind, left, flags, first, shape):
+        """Re-measure a large speedup in a fresh worker beside the reference, by the same adaptive, alternating
+        procedure as the first measurement (`kind`: "time" or "graph"). A re-measurement lower beyond the
+        measurements' errors (`_refuted`) is made once more in another fresh worker: a speedup that both refute is
+        impossible_speed; one that the re-measurements do not both refute keeps the lowest value, with an
+        unstable_timing warning where they disagree. Returns (reference, candidate, speedup) of the lowest
+        re-measurement when it is lower than `speedup`, else None."""
+        measured = []
+        for _ in range(2):
+            got = self._measure_fresh(task, candidate, kind, left, flags, first, shape)
+            if got is None:
+                return None
+            measured.append(got)
+            if not _refuted(speedup, stderr, got[2], got[3]):
+                break
+        lowest = min(measured, key=lambda g: g[2])
+        seen = ", ".join(f"{g[2]:.2f}×" for g in measured)
+        if all(_refuted(speedup, stderr, g[2], g[3]) for g in measured) and len(measured) == 2:
+            # CPU timings on a shared machine wander too much to reject on; a GPU's do not.
+            flags.append(Flag("recheck", f"speedup {speedup:.2f}× did not hold in two fresh workers ({seen} "
+                                         "there, each lower beyond the measurements' errors)", hack="impossible_speed",
+                              severity="reject" if self.device.type == "cuda" else "warn"))
+        elif any(_refuted(speedup, stderr, g[2], g[3]) for g in measured):
+            flags.append(Flag("unstable_timing", f"speedup {speedup:.2f}× re-measured in fresh workers as {seen}: "
+                                                 "the measurements disagree beyond their errors; the lowest is kept",
+                              severity="warn"))
+        flags.append(Flag("recheck", f"speedup above {self.config.recheck_speedup:g}× re-measured in a fresh "
+                                     f"worker: {speedup:.2f}× then {seen}; the lowest is kept", severity="warn"))
+        return lowest[:3] if lowest[2] < speedup else None
+
+    def _measure_fresh(self, task, candidate, kind, left, flags, first, shape):
+        """The candidate loaded in a fresh worker and timed beside the reference as in `_timing` or `_graphs`:
+        (reference, candidate, speedup, its relative standard error), or None (flagged) where it cannot be."""
         ref, state = self._current.ref, self._current.state  # held by the job under way
         again, slot = self._candidate_worker(candidate)
-        ref_s, cand_s = [], []
+        seen = []  # the measurement's own flags: only its refusals (wrong timed outputs ...) count
         try:
             self._ask(again, self._load_op(task, state, candidate), left(self.config.build_timeout_s),
                       "re-measurement build")
-            seed = secrets.randbits(62)
-            for _ in range(max(2, self.config.timing_rounds // 2)):
-                op = self._time_op(seed, kind=kind)
-                ch = self._ask(again, op, left(), "re-measurement")[0]
-                rh = ref.request(op, left())[0]
-                if ch.get("unavailable") or rh.get("unavailable") or "times_us" not in ch:
-                    flags.append(Flag("recheck", f"speedup {speedup:.2f}× could not be re-measured in a fresh "
-                                                 f"worker: {ch.get('unavailable') or rh.get('unavailable')}",
-                                      hack="impossible_speed"))
-                    return None
-                cand_s += ch["times_us"]
-                ref_s += rh["times_us"]
+            if kind == "graph":
+                g = self._graphs(task, ref, again, left, seen, first, shape, compiled=False)
+                got = (g["reference_graph"], g["candidate_graph"], g["graph_speedup"], g["graph_stderr"]) if g \
+                    else None
+            else:
+                rt, ct, _, stderr = self._timing(task, ref, again, left, seen, first, compiled=False)
+                got = (rt, ct, _ratio(rt, ct), stderr)
         finally:
             again.close()
             if slot is not None:
                 shutil.rmtree(slot, ignore_errors=True)
-        method = "cuda_graph" if kind == "graph" else self._method()
-        ref2, cand2 = Timing.from_samples(ref_s, method), Timing.from_samples(cand_s, method)
-        speedup2 = _ratio(ref2, cand2)
-        if speedup2 < speedup / 1.5:
-            # CPU timings on a shared machine wander too much to reject on; a GPU's do not.
-            flags.append(Flag("recheck", f"speedup {speedup:.2f}× did not hold in a fresh worker "
-                                         f"({speedup2:.2f}× there)", hack="impossible_speed",
-                              severity="reject" if self.device.type == "cuda" else "warn"))
-        flags.append(Flag("recheck", f"speedup above {self.config.recheck_speedup:g}× re-measured in a fresh "
-                                     f"worker: {speedup:.2f}× then {speedup2:.2f}×; the lower is kept",
-                          severity="warn"))
-        return (ref2, cand2, speedup2) if speedup2 < speedup else None
+        flags.extend(f for f in seen if f.severity == "reject")
+        if got is None:
+            flags.append(Flag("recheck", "the speedup could not be re-measured in a fresh worker: "
+                                         f"{'; '.join(f.message for f in seen)[:300]}", hack="impossible_speed"))
+        return got
 
 
 def _ratio(ref: Timing | None, cand: Timing | None) -> float | None:
@@ -1060,6 +1204,14 @@ def _ratio(ref: Timing | None, cand: Timing | None) -> float | None:
     if ref is None or cand is None:
         return None
     return ref.median_us / cand.median_us if cand.median_us > 0 else float("inf")
+
+
+def _refuted(speedup: float, stderr: float | None, again: float, again_stderr: float | None) -> bool:
+    """Whether a re-measured speedup `again` refutes `speedup`: lower by a factor above 1.5, and by more than three
+    combined standard errors (relative errors `stderr`, `again_stderr`; none known counts as none)."""
+    spread = math.hypot(speedup * (stderr if stderr and math.isfinite(stderr) else 0.0),
+                        again * (again_stderr if again_stderr and math.isfinite(again_stderr) else 0.0))
+    return again < speedup / 1.5 and speedup - again > 3 * spread
 
 
 def _raise_reference(h: dict, task: Task):
@@ -1077,6 +1229,31 @@ def _summary(ref: dict, cand: dict) -> dict:
     return {"scales": {k[3:]: cmp.rms(t) for k, t in ref.items()},
             "dtypes": {k[3:]: t.dtype for k, t in ref.items()},
             "degenerate": [k for k, t in cand.items() if constant(t) and not constant(ref[k])]}
+
+
+def _fingerprint(outputs: dict) -> list:
+    """Sum and sum of squares (float64) of each output: equal for two draws of inputs when the output does not
+    depend on them."""
+    return [(k, float(torch.sum(t, dtype=torch.float64)), float(torch.linalg.vector_norm(t, dtype=torch.float64)))
+            if t.is_floating_point() else (k, int(t.sum())) for k, t in sorted(outputs.items())]
+
+
+def _facts_flags(facts: dict, input_independent: bool) -> list[Flag]:
+    """Warnings that say what a passing candidate's outputs are (`Harness._facts`) and what the task is: facts
+    for the reader, never a reason to refuse."""
+    out = []
+    if input_independent:
+        out.append(Flag("task_property", "the task's output does not depend on its inputs (the reference returned "
+                                         "the same values for two different input draws): a program that returns "
+                                         "a constant solves it", severity="warn"))
+    for k, name in sorted(facts["own_state"].items()):
+        out.append(Flag("own_state", f"output {k} is the candidate's own state ({name}): it keeps what it returns",
+                        severity="warn"))
+    if facts["reused_storage"]:
+        out.append(Flag("reused_storage", f"output(s) {sorted(facts['reused_storage'])} came back in the same "
+                                          "storage on every call (a buffer the candidate keeps and rewrites)",
+                        severity="warn"))
+    return out
 
 
 def _stats(m, task, ref_header: dict, trials, policy: str = "strict") -> ErrorStats:

@@ -16,7 +16,7 @@ import sys
 import time
 import traceback
 
-from kernelrl.evaluate import buildlog, tamper
+from kernelrl.evaluate import buildlog, state as progstate, tamper
 
 SAMPLES_PER_OUTPUT = 2048  # output elements compared per timed call
 IDLE_CACHE_SHARE = 16  # between requests, cached but unused device memory above 1/16 of the GPU is given back
@@ -69,6 +69,13 @@ class Harness:
         self._redraws_vary = {}  # input index -> whether a new draw of it gives new values
         self.drawn_on_device = False  # whether the last `inputs` ran get_inputs on this worker's device
         self.precision0 = tamper.precision_flags(torch)
+        self._pristine = None  # the reference as built (`progstate.Pristine`), put back between jobs (`_restore`)
+        self._ran = False  # whether the program ran since it was built or put back
+        self._model64 = None  # the reference in float64 (`op_exact`), made when first asked for
+        self._returned = progstate.Returned()  # storages of the last outputs (facts: a buffer handed back again)
+        self._prints = {}  # output index -> float64 sum of its values when last returned (`_facts`)
+        self.threads0 = tamper.python_threads()
+        self.decoy = None
         # A candidate worker may start before its task is known (a spare): the task then comes with `load`.
         if "task_source" in init:
             self._load_task(init)
@@ -82,6 +89,11 @@ class Harness:
             self.task = self._import("kernelrl_task", task_path, spec["task_source"])
             if self.role == "reference":
                 self.model = self._build(self.task.Model)
+                try:
+                    self._pristine = progstate.Pristine(self.model)
+                except Exception:  # not copyable: `_restore` builds it again from the same seed
+                    self._pristine = None
+                self._state0 = self._state()
         except BaseException as e:  # answered on the first request, as a one-line error about the reference
             self.init_error = _located(e, task_path, "reference")
 
@@ -225,6 +237,7 @@ class Harness:
         if self.confinement.get("private_tmp"):  # /tmp is this worker's own (sandbox.confine.private_tmp)
             writable.append("/tmp")
         self.snap = tamper.snapshot(torch)
+        self.decoy = tamper.decoy_snapshot(self.task)  # the task module here is a decoy: the reference runs elsewhere
         self.audit = tamper.AuditLog(os.path.realpath(path), writable)
         self.threads0 = tamper.python_threads()
         self.children0 = tamper.child_processes()
@@ -254,6 +267,7 @@ class Harness:
         kept = [x.clone() if isinstance(x, torch.Tensor) else x for x in xs]
         self._poison(op.get("poison_bytes", 0))
         self._perturb(True)
+        self._ran = True
         try:
             with self._no_grad():
                 out = self.model(*xs)
@@ -271,18 +285,19 @@ class Harness:
                   "dtypes": [str(o.dtype).replace("torch.", "") for o in outs],
                   "in_bytes": sum(x.numel() * x.element_size() for x in xs if isinstance(x, torch.Tensor)),
                   "out_bytes": sum(o.numel() * o.element_size() for o in outs),
-                  "written_bytes": self._written_bytes(outs, xs)}
+                  "written_bytes": self._written_bytes(outs, xs), **self._facts(outs)}
         if op.get("probe"):  # sizes and counts only: the caller has no use for these outputs
+            header["stateful"] = bool(progstate.changes(self._state0, self._state())) if self.role == "reference" \
+                else False
             del xs, kept, out, outs
+            self._restore()  # the probe's call leaves no trace in a program that carries state
             if self.cuda:  # a reference started ahead of its turn keeps no device memory it is not using
                 torch.cuda.empty_cache()
             return header, None
         if op.get("full", True):
-            # Sent as they are (`wire` stages device tensors through pinned memory), then poisoned once sent.
-            tensors = {f"out{i}": o.detach() for i, o in enumerate(outs)}
-            if self.role == "candidate":
-                self.after_reply = lambda: self._poison_outputs(outs, xs)
-            return header, tensors
+            # Sent as they are (`wire` stages device tensors through pinned memory). Nothing is written into
+            # them afterwards: a returned tensor may be the program's own state, or a buffer it returns again.
+            return header, {f"out{i}": o.detach() for i, o in enumerate(outs)}
         self._held = (outs, xs)  # sampled by the next op, whose positions this program cannot know yet
         return header, None
 
@@ -293,29 +308,86 @@ class Harness:
         self._held = None
         samples = {}
         self._sample(samples, 0, outs, torch.Generator().manual_seed(op["seed"]), op.get("n", 1 << 16))
-        if self.role == "candidate":
-            self._poison_outputs(outs, xs)
         return {"type": "samples"}, samples
+
+    def _facts(self, outs) -> dict:
+        """What a trial's outputs are, beyond their values: which are storage the program keeps (its state),
+        which it returned before (a reused buffer), which of those still hold the values they held then, and
+        (candidate) how many threads it started are still running now that the call returned."""
+        torch = self.torch
+        owned = progstate.owned_storages(self._state())
+        facts = {"own_state": {str(k): owned[o.untyped_storage().data_ptr()] for k, o in enumerate(outs)
+                               if o.numel() and o.untyped_storage().data_ptr() in owned},
+                 "reused_storage": self._returned.see(outs)}
+        prints = {k: float(torch.sum(o.detach(), dtype=torch.float64)) if o.is_floating_point() else None
+                  for k, o in enumerate(outs) if k in facts["reused_storage"]}
+        facts["unchanged"] = [k for k, v in prints.items() if v is not None and self._prints.get(k) == v]
+        self._prints = {k: float(torch.sum(o.detach(), dtype=torch.float64)) if o.is_floating_point() else None
+                        for k, o in enumerate(outs)}
+        if self.role == "candidate":
+            facts["threads_running"] = tamper.python_threads() - self.threads0
+        return facts
+
+    def _restore(self) -> None:
+        """Put the reference back as it was built, if it ran since (`progstate.Pristine`; rebuilt from its seed where
+        it could not be copied), so that every job starts it, as the candidate's fresh worker starts, from there."""
+        if self.role != "reference" or not self._ran or self.model is None:
+            return
+        before = self.model
+        self.model = self._pristine.restore(self.model) if self._pristine else self._build(self.task.Model)
+        if self.model is not before:
+            self.compiled = None  # it wrapped the program replaced
+        self._ran = False
+        self._state0 = self._state()
+        self._returned, self._prints = progstate.Returned(), {}
+
+    def op_exact(self, op):
+        """Reference role: the trial for `seed`/`dist` computed in float64 (parameters and inputs cast, tensors made
+        inside forward float64 by default): the exact result an fp32 output is judged against. All outputs (as
+        float64), or the samples `op_sample` took for `sample_seed`. Unavailable where the program carries state
+        that has moved, draws random numbers in forward, or cannot run in float64."""
+        torch = self.torch
+        if self._pristine is None or not isinstance(self.model, torch.nn.Module):
+            return {"type": "exact", "unavailable": "the reference could not be copied"}, None
+        if progstate.changes(self._state0, self._state()):
+            return {"type": "exact", "unavailable": "the reference carries state between calls"}, None
+        xs = [x.double() if isinstance(x, torch.Tensor) and x.is_floating_point() else x
+              for x in self.inputs(op["seed"], op.get("dist", "task"))]
+        default = torch.get_default_dtype()
+        try:
+            if self._model64 is None:
+                self._model64 = progstate.Pristine(self._pristine.model).model.double()
+            torch.set_default_dtype(torch.float64)
+            with self._no_grad():
+                outs, problem = self._outputs(self._model64(*xs))
+            self._sync()
+        except BaseException as e:
+            self._sync_quietly()
+            return {"type": "exact", "unavailable": f"{type(e).__name__}: {str(e)[:200]}"}, None
+        finally:
+            torch.set_default_dtype(default)
+        if problem:
+            return {"type": "exact", "unavailable": problem}, None
+        outs = [o.to(torch.float64) if o.is_floating_point() else o for o in outs]
+        if op.get("sample_seed") is None:
+            return {"type": "exact", "outputs": len(outs)}, {f"out{i}": o for i, o in enumerate(outs)}
+        samples = {}
+        self._sample(samples, 0, outs, torch.Generator().manual_seed(op["sample_seed"]), op.get("n", 1 << 16))
+        return {"type": "exact", "outputs": len(outs)}, samples
 
     def _written_bytes(self, outs, xs) -> int:
         """Bytes this call's outputs had to be written with (the roofline floor's work; `roofline.written_bytes`)."""
         from kernelrl.evaluate.guards.roofline import written_bytes
         return written_bytes(outs, [x for x in xs if isinstance(x, self.torch.Tensor)])
 
-    def _poison_outputs(self, outs, xs):
-        """NaN-fill returned outputs once read: a program that hands the same tensor back again returns poison."""
-        from kernelrl.evaluate.guards.outputs import poison_, storage_ptrs
-
-        inputs = storage_ptrs([x for x in xs if isinstance(x, self.torch.Tensor)])
-        poison_([o for o in outs if o.numel() and o.untyped_storage().data_ptr() not in inputs])
-
     def op_rest(self, op):
         """Between jobs: drop the inputs and outputs kept for the next op and give cached device memory back, so
         a reference worker kept for later candidates holds only its model while other programs run."""
         self._base, self._held = (None, None), None
+        self._restore()
         if self.cuda:
             self.torch.cuda.empty_cache()
-        return {"type": "rested"}, None
+        return {"type": "rested", "compiled": self.compiled is not None}, None
 
     def idle(self):
         """Between requests (`sandbox.worker`), once a trial's outputs are sent: `_trim`."""
@@ -342,6 +414,7 @@ class Harness:
         xs = self.base_inputs(op["seed"])
         from torch.profiler import ProfilerActivity, profile
 
+        self._ran = True
         with self._no_grad(), profile(activities=[ProfilerActivity.CPU]) as prof:
             self.model(*xs)
             self._sync()
@@ -349,6 +422,7 @@ class Harness:
 
     def op_compile(self, op):
         """Reference role: wrap the reference in torch.compile (timed later with `compiled=True`)."""
+        self._ran = True
         if self.compiled is None:
             self.compiled = self.torch.compile(self.model, mode=op.get("mode") or None)
         with self._no_grad():
@@ -371,6 +445,7 @@ class Harness:
         self.pin()
         model = self.compiled if op.get("compiled") else self.model
         base = self.base_inputs(op["seed"])
+        self._ran = True
         with self._no_grad():
             for _ in range(op.get("warmup", 3)):
                 model(*base)
@@ -410,13 +485,13 @@ class Harness:
                 if problem:
                     return {"type": "timed", "problem": f"timed call {i}: {problem}"}, None
                 self._sample(samples, i, outs, gen)
-                self._poison_outputs(outs, xs)
                 del out, outs, xs
                 now = self._state()
-                changed |= _state_changes(state, now)
+                changed |= progstate.changes(state, now)
                 state = now
         return {"type": "timed", "times_us": times, "wall_us": walls, "quiesce_us": quiet,
                 "threads_grew": tamper.python_threads() - threads_before,
+                "threads_running": tamper.python_threads() - self.threads0 if self.role == "candidate" else 0,
                 "state_changed": sorted(changed)[:20]}, samples
 
     def _persisting_l2(self, when: str) -> list:
@@ -436,33 +511,8 @@ class Harness:
                 samples[f"c{call}o{k}"] = flat[idx.to(flat.device)].to("cpu", torch.float64)
 
     def _state(self) -> dict:
-        """What a program could carry from one call to the next: its attributes and its module's globals.
-
-        Only the program's own objects count; honest programs precompute in __init__ or on the first
-        (warm-up) call and keep the same objects afterwards, so nothing here changes during timed calls unless
-        the task itself carries state from call to call (the reference's own changes tell).
-        The objects themselves are held (not their ids), so a freed object's address cannot be reused to
-        look unchanged.
-        """
-        nn = self.torch.nn
-
-        def mark(v):
-            return (v, len(v)) if isinstance(v, (dict, list, set, bytearray)) else (v, None)
-
-        state = {}
-        modules = self.model.named_modules() if isinstance(self.model, nn.Module) else [("", self.model)]
-        for name, m in modules:
-            for k, v in vars(m).items():
-                if k in ("_parameters", "_buffers", "_modules"):
-                    state.update({f"{name}.{kk}": (vv, None) for kk, vv in v.items()})
-                elif not k.startswith(("__", "_forward", "_backward", "_state_dict", "_load_state",
-                                       "_non_persistent")):  # nn.Module's hook tables
-                    state[f"{name}.{k}"] = mark(v)
-        module = sys.modules.get("candidate" if self.role == "candidate" else "kernelrl_task")
-        for k, v in (vars(module).items() if module else ()):
-            if not k.startswith("__") and not isinstance(v, type(sys)):
-                state[f"module.{k}"] = mark(v)
-        return state
+        """What this program could carry from one call to the next (`progstate.snapshot`)."""
+        return progstate.snapshot(self.model, "candidate" if self.role == "candidate" else "kernelrl_task")
 
     def op_graph(self, op):
         """Capture one call in a CUDA graph, then time replays on fresh inputs copied into its buffers.
@@ -476,6 +526,7 @@ class Harness:
             return {"type": "graph", "unavailable": "CUDA graphs need a CUDA device"}, None
         model = self.compiled if op.get("compiled") else self.model
         base = self.base_inputs(op["seed"])
+        self._ran = True
         static = [x.clone() if isinstance(x, torch.Tensor) else x for x in base]
         try:
             with self._no_grad():
@@ -539,6 +590,9 @@ class Harness:
                 found.append(["precision_downgrade", f"global precision setting {k} changed "
                                                      f"from {self.precision0.get(k)!r} to {v!r}"])
         found += self._persisting_l2("after the timed calls")
+        for change in tamper.decoy_changes(self.decoy or {}):
+            found.append(["baseline_tampering", f"the task's reference code in the candidate's process was changed: "
+                                                f"{change} (the reference runs elsewhere; the attempt is refused)"])
         return {"type": "report", "findings": found, "confinement": self.confinement}, None
 
     # -- checks ------------------------------------------------------------------------------------------
@@ -570,14 +624,6 @@ class Harness:
         if self.cuda and nbytes > 0:
             from kernelrl.evaluate.guards.poison import poison_cuda_cache
             poison_cuda_cache(self.device, 2 * nbytes)
-
-
-def _state_changes(before: dict, after: dict) -> set[str]:
-    """Names whose object was replaced, or whose container changed size, between two `_state` snapshots."""
-    missing = (None, None)
-    return {k for k in before.keys() | after.keys()
-            if before.get(k, missing)[0] is not after.get(k, missing)[0]
-            or before.get(k, missing)[1] != after.get(k, missing)[1]}
 
 
 def _located(e: BaseException, path: str, what: str) -> str:

@@ -85,6 +85,55 @@ def changed(snap: dict) -> list[tuple[str, str]]:
 _MISSING = object()
 
 
+def decoy_snapshot(module) -> dict:
+    """What the task module in a candidate's process is made of: every global, every attribute of the classes it
+    defines, and the code of its functions and methods. The reference runs in another process, so this copy is a
+    decoy: a candidate that changes it tried to tamper with the reference (`decoy_changes`)."""
+    snap = {}
+    for name, obj in vars(module).items():
+        if name.startswith("__") or isinstance(obj, type(sys)):
+            continue
+        snap[name] = (module, obj, _code(obj))
+        if isinstance(obj, type) and obj.__module__ == module.__name__:
+            for attr, value in vars(obj).items():
+                if attr not in ("__dict__", "__weakref__", "__doc__"):
+                    snap[f"{name}.{attr}"] = (obj, value, _code(value))
+            snap[f"{name}.*"] = (obj, frozenset(vars(obj)), None)
+    snap["*"] = (module, frozenset(k for k in vars(module) if not k.startswith("__")), None)
+    return snap
+
+
+def _code(obj):
+    """The code, defaults and keyword defaults of a function (or of the function behind a method wrapper)."""
+    fn = getattr(obj, "__func__", obj)
+    return (getattr(fn, "__code__", None), getattr(fn, "__defaults__", None), getattr(fn, "__kwdefaults__", None)) \
+        if callable(fn) else None
+
+
+def decoy_changes(snap: dict) -> list[str]:
+    """What changed in the task module's decoy since `decoy_snapshot`: names rebound, added or removed, and code
+    replaced; [] when nothing did."""
+    found = []
+    for key, (owner, obj, code) in snap.items():
+        where = key.rpartition(".")[0] or "the task module"
+        if key.endswith("*"):
+            names = frozenset(k for k in vars(owner) if not (key == "*" and k.startswith("__")))
+            added, removed = sorted(names - obj), sorted(obj - names)
+            if added:
+                found.append(f"{where}: {', '.join(added[:5])} added")
+            if removed:
+                found.append(f"{where}: {', '.join(removed[:5])} removed")
+            continue
+        now = vars(owner).get(key.rpartition(".")[2], _MISSING)
+        if now is _MISSING:
+            continue  # reported as removed
+        if now is not obj:
+            found.append(f"{key} was replaced")
+        elif _code(now) != code:
+            found.append(f"{key} had its code replaced")
+    return found
+
+
 class AuditLog:
     """An audit hook that records suspicious events caused directly by code in `candidate_file`."""
 

@@ -1,0 +1,113 @@
+"""One program, one verdict: tasks that carry state between calls, outputs the program keeps or returns again,
+and the causes a verdict names, on the CPU."""
+from pathlib import Path
+
+import pytest
+
+from kernelrl.evaluate import EvalConfig, Evaluator
+from kernelrl.task import Candidate, Task, identity_candidate
+
+DATA = Path(__file__).parent / "data" / "state"
+EXPLOITS = Path(__file__).parent / "exploits"
+FAST = dict(device="cpu", correctness_trials=3, timing_rounds=2, timing_precision=0, calls_per_round=3, warmup=1,
+            timeout_s=120)
+
+
+@pytest.fixture(scope="module")
+def ev(tmp_path_factory):
+    with Evaluator(EvalConfig(cache_dir=str(tmp_path_factory.mktemp("cache")), **FAST)) as e:
+        yield e
+
+
+def task(name: str) -> Task:
+    return Task.from_file(DATA / f"{name}.py")
+
+
+def cand(name: str, **replace) -> Candidate:
+    source = (DATA / f"{name}.py").read_text()
+    for old, new in replace.items():
+        source = source.replace(old, new)
+    return Candidate.from_source(source)
+
+
+def hidden(c: str) -> Candidate:
+    return cand(c, **{"self.returns_hidden = False": "self.returns_hidden = True"})
+
+
+@pytest.mark.parametrize("name", ["rnn_stateful", "rnn_hidden_stateful"])
+def test_a_reference_that_carries_state_is_ok_against_itself_job_after_job(ev, name):
+    t = task(name)
+    for _ in range(2):  # the second job finds the reference kept, put back as it was built
+        v = ev.evaluate(t, identity_candidate(t))
+        assert v.status == "ok", v.message
+        assert [f.severity for f in v.flags if f.check == "state"] == ["warn"]
+
+
+def test_a_returned_tensor_that_is_the_programs_state_is_reported_not_poisoned(ev):
+    t = task("rnn_hidden_stateful")
+    v = ev.evaluate(t, hidden("rnn_rewrite"))
+    assert v.status == "ok", v.message
+    kept = [f for f in v.flags if f.check == "own_state"]
+    assert kept and "hidden" in kept[0].message and kept[0].severity == "warn"
+
+
+def test_candidates_in_a_row_on_a_kept_stateful_reference_get_their_verdicts_on_a_fresh_evaluator(ev, tmp_path):
+    t = task("rnn_stateful")
+    row = [cand("rnn_rewrite"), cand("rnn_stateless"), identity_candidate(t)]
+    kept = [ev.evaluate(t, c).status for c in row]
+    fresh = []
+    for i, c in enumerate(row):
+        with Evaluator(EvalConfig(cache_dir=str(tmp_path / str(i)), **FAST)) as alone:
+            fresh.append(alone.evaluate(t, c).status)
+    assert kept == fresh == ["ok", "incorrect", "ok"]
+
+
+@pytest.mark.parametrize("name", ["cached_ones", "cached_ones_closure"])
+def test_a_task_whose_output_ignores_its_inputs_is_named_and_a_kept_constant_is_a_fact(ev, name):
+    t = task("softmax_size1")
+    v = ev.evaluate(t, cand(name))
+    assert v.status == "ok", v.message
+    checks = {f.check: f for f in v.flags}
+    assert "does not depend on its inputs" in checks["task_property"].message
+    assert checks["reused_storage"].severity == "warn"
+    assert not any("NaN" in f.message for f in v.flags)
+    honest = ev.evaluate(t, identity_candidate(t))
+    assert honest.status == "ok" and "task_property" in {f.check for f in honest.flags}
+    assert "reused_storage" not in {f.check for f in honest.flags}
+
+
+def test_a_candidate_finishing_its_work_in_a_thread_is_refused_as_background_thread(ev):
+    t = Task.from_file(EXPLOITS / "tasks" / "matmul.py")
+    v = ev.evaluate(t, Candidate.from_file(EXPLOITS / "background_thread.py"))
+    assert v.status == "rejected", (v.status, v.message)
+    assert any(f.hack == "background_thread" and f.severity == "reject" and "still running" in f.message
+               for f in v.flags), v.flags
+
+
+def test_rewriting_the_reference_class_in_the_candidates_process_is_refused_naming_what_changed(ev):
+    t = Task.from_file(EXPLOITS / "tasks" / "linear_gelu.py")
+    v = ev.evaluate(t, Candidate.from_file(EXPLOITS / "reference_rewrite.py"))
+    assert v.status == "rejected"
+    assert any(f.hack == "baseline_tampering" and "Model.forward was replaced" in f.message for f in v.flags), v.flags
+
+
+def test_kernelbench_policy_is_allclose_with_an_absolute_atol_and_flags_what_passes_by_it_alone(tmp_path):
+    t = task("tiny_outputs")
+    with Evaluator(EvalConfig(cache_dir=str(tmp_path), policy="kernelbench", **FAST)) as kb:
+        zeros = kb.evaluate(t, cand("zeros"))
+        honest = kb.evaluate(t, identity_candidate(t))
+    assert zeros.status == "ok", zeros.message  # KernelBench's rule, as it is: |0 - 1e-3 x| <= 1e-2
+    slack = [f for f in zeros.flags if f.check == "absolute_slack"]
+    assert slack and slack[0].severity == "warn" and "zeros pass" in slack[0].message
+    assert honest.status == "ok" and not any(f.check == "absolute_slack" for f in honest.flags)
+
+
+def test_strict_refuses_zeros_on_the_same_task(ev):
+    assert ev.evaluate(task("tiny_outputs"), cand("zeros")).status in ("incorrect", "rejected")
+
+
+def test_strict_accepts_a_candidate_more_accurate_than_the_fp32_reference(ev):
+    precision = Path(__file__).parent / "data" / "precision"
+    t = Task.from_file(precision / "large_sums.py")
+    v = ev.evaluate(t, Candidate.from_file(precision / "large_sums_exact.py"))
+    assert v.status == "ok", v.message  # it differs from the reference by the reference's own error, 2.4e-4
