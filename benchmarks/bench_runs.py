@@ -2,39 +2,38 @@
 
 Usage: python benchmarks/bench_runs.py RUN [RUN ...] [--by-level] [--out FILE]
 
-Each RUN is a `kernelrl bench --out` folder: its `runs.jsonl` (one line per run or slice: wall time, judged tasks)
-and its `results.jsonl` (one verdict per task, with the seconds of each phase). For each RUN (and each level of it,
-with `--by-level`) one row: tasks, the summed wall clock of its runs and the rate it gives, the mean seconds a task
-of each GPU-stage phase (correctness, timing, graphs, finish) and of the stage, the rate the stage alone bounds,
-the range and median of the speedups of `ok` verdicts, and how many tasks ran 60 or more graph replays a side (the
-adaptive rounds went on because the two sides' medians were not yet precise enough). Rows for a level leave the
-wall clock out: a run's wall time is not split by level. Markdown to stdout, or to `--out`.
+Each RUN is a `kernelrl bench --out` folder: its `runs.jsonl` (one line per run or slice: wall time, tasks judged,
+tasks without a verdict by status) and its `results.jsonl` (one verdict per task, with the seconds of each phase;
+`results.jsonl.gz` in a folder kept under benchmarks/results/).
+For each RUN (and each level of it, with `--by-level`) one row: tasks, the summed wall clock of its runs and the
+rate it gives (tasks without a verdict named beside it), the mean seconds a task of each GPU-stage phase
+(correctness, timing, graphs, finish) and of the stage, the rate the stage alone bounds, the range and median of
+the speedups of `ok` verdicts, and how many tasks ran 60 or more graph replays a side (the adaptive rounds went on
+because the two sides' medians were not yet precise enough). Rows for a level leave the wall clock out: a run's
+wall time is not split by level. Markdown to stdout, or to `--out`.
 """
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-from kernelrl.bench.cli import RUNS_FILE  # noqa: E402
 from kernelrl.bench.result import TaskResult  # noqa: E402
-from kernelrl.bench.resume import RESULTS_FILE, ResultLog  # noqa: E402
+from kernelrl.bench.resume import RESULTS_FILE, kept_results  # noqa: E402
+from kernelrl.bench.runs import UNJUDGED, read_runs  # noqa: E402
 
 PHASES = ("correctness", "timing", "graphs", "finish")
 LONG_GRAPH = 60  # replays a side: the adaptive rounds ran past their first pass
 
 
 def load(run: Path) -> tuple[list[TaskResult], list[dict]]:
-    """The results (`ResultLog`: the last line of a task wins, a line cut short is skipped) and the run lines of one
-    bench output folder."""
-    if not (run / RESULTS_FILE).is_file():
+    """The results (`kept_results`: results.jsonl or a kept results.jsonl.gz; the last line of a task wins, a line
+    cut short is skipped) and the run lines of one bench output folder."""
+    if not any((run / name).is_file() for name in (RESULTS_FILE, RESULTS_FILE + ".gz")):
         raise SystemExit(f"{run}: no {RESULTS_FILE} (not a `kernelrl bench --out` folder)")
-    runs = run / RUNS_FILE
-    lines = runs.read_text().splitlines() if runs.is_file() else []
-    return list(ResultLog(run / RESULTS_FILE).load().values()), [json.loads(x) for x in lines if x.strip()]
+    return list(kept_results(run).values()), read_runs(run)
 
 
 def summarise(rows: list[TaskResult], runs: list[dict] | None) -> dict:
@@ -50,10 +49,11 @@ def summarise(rows: list[TaskResult], runs: list[dict] | None) -> dict:
     out["speedups"] = (ok[0], statistics.median(ok), ok[-1]) if ok else None
     out["long_graphs"] = sum(1 for r in rows if r.verdict is not None and r.verdict.reference_graph is not None
                              and r.verdict.reference_graph.n >= LONG_GRAPH)
-    if runs is not None:  # judged per hour as `kernelrl bench` counts them (`_log_run`), over all runs together
+    if runs is not None:  # judged per hour as `kernelrl bench` counts them (`run_record`), over all runs together
         wall, judged = sum(r["wall_s"] for r in runs), sum(r["judged"] for r in runs)
         out["runs"], out["run_tasks"], out["wall_s"] = len(runs), judged, wall
         out["per_hour"] = 3600 * judged / wall if wall > 0 else None
+        out["unjudged"] = {s: n for s in UNJUDGED if (n := sum(r.get(s, 0) for r in runs))}
         busy = [b for r in runs for b in (r.get("device_busy") or {}).values()]
         out["busy"] = (min(busy), max(busy)) if busy else None
     return out
@@ -70,6 +70,8 @@ def table(named: list[tuple[str, dict]]) -> str:
         wall = ""
         if "wall_s" in s:
             wall = f"{s['run_tasks']} judged in {s['wall_s']:.1f} s ({s['runs']} run{'' if s['runs'] == 1 else 's'})"
+            if s["unjudged"]:
+                wall += "; not judged: " + ", ".join(f"{n} {status}" for status, n in s["unjudged"].items())
         busy = "" if not s.get("busy") else (f"{s['busy'][0]:.0%}" if s["busy"][0] == s["busy"][1]
                                               else f"{s['busy'][0]:.0%}–{s['busy'][1]:.0%}")
         sp = "" if not s["speedups"] else "{:.3f}, {:.3f}, {:.3f}".format(*s["speedups"])

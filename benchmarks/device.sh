@@ -1,13 +1,18 @@
 #!/usr/bin/env bash
 # One device call: install the carried wheels, then run the named steps; everything lands in $OUT/results.tgz.
 # Usage on the GPU machine:  STEP_S=150 bash benchmarks/device.sh STEP [STEP ...]
-#   steps: sanity confine gputests eval throughput calibrate profile suite optimize train serve scaling gemm decoder
+#   steps: sanity confine gputests eval throughput calibrate repeat precision profile suite optimize train serve scaling
+#          gemm decoder
+#   repeat: benchmarks/verdict_repeat.py (RUNS runs, default 3, of CORPORA, default honest,exploits,suite, under
+#   REP_POLICY, default both) into res/${REP_DIR:-verdict_repeat}, going on from REP_FROM/verdicts.jsonl; precision: benchmarks/precision_calibration.py on the GPU into
+#   res/precision_calibration
 #   profile: benchmarks/eval_trial_profile.py on PROFILE_TASKS (default: three gigabyte level-1 tasks of .kb/suite)
 #   calibrate: KernelBench identity candidates through `kernelrl bench` (.kb/suite and .kb/identity, made by
-#   benchmarks/kernelbench_identity.py write), resuming from the committed results.jsonl of
+#   benchmarks/kernelbench_identity.py write), resuming from the committed results.jsonl (or results.jsonl.gz) of
 #   benchmarks/results/${CAL:-kernelbench_identity}_<gpu>/; LEVEL="1 2" for some levels; no task starts in the
 #   step's last DRAIN_S seconds (default 150), which finish the tasks in flight and write the report; CAL_DIR names
-#   its folder under res/ (default calibration), so that two runs of one call (an A/B) keep apart.
+#   its folder under res/ (default calibration), so that two runs of one call (an A/B) keep apart; DEVICES names the
+#   GPUs it spreads over (default cuda: one); CAL_FROM names another results.jsonl to go on from.
 #   SETS=mixed runs the throughput step on load_inline CUDA and Triton candidates with cold builds (default python);
 #   SUITE_ONLY=level1/a,level2/b limits the suite step; STEP_S bounds each step (seconds); TESTS names the test
 #   files (or node ids) of the gputests step; GEMM_ARGS passes flags to gemm_device.py (e.g. "--shapes models
@@ -44,11 +49,19 @@ for step in "$@"; do
                   --sets "${SETS:-python}" --modes serial,pipelined --limit 40 --budget-s $(( (STEP_S - 120) / 2 )) 2>&1 | tail -4;;
     calibrate) cal="$RES/${CAL_DIR:-calibration}"; mkdir -p "$cal"  # resumes from the committed run on this GPU model
                gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | grep -oiE 'h100|h200' | tr A-Z a-z)
-               [ -e "$cal/results.jsonl" ] || cp "benchmarks/results/${CAL:-kernelbench_identity}_$gpu/results.jsonl" \
-                 "$cal/" 2>/dev/null
+               kept="benchmarks/results/${CAL:-kernelbench_identity}_$gpu"  # results.jsonl, or gzipped when kept
+               [ -e "$cal/results.jsonl" ] || cp "${CAL_FROM:-$kept/results.jsonl}" "$cal/results.jsonl" 2>/dev/null \
+                 || { [ -e "$kept/results.jsonl.gz" ] && gunzip -c "$kept/results.jsonl.gz" > "$cal/results.jsonl"; }
                timeout "$STEP_S" python3 -m kernelrl.cli bench "${KB:-.kb/suite}" --candidates "${KB_ID:-.kb/identity}" \
-                 --device cuda --out "$cal" --resume --time-limit $((STEP_S - ${DRAIN_S:-150})) \
+                 --device "${DEVICES:-cuda}" --out "$cal" --resume --time-limit $((STEP_S - ${DRAIN_S:-150})) \
                  $(for l in ${LEVEL:-}; do echo --level "$l"; done) 2>&1 | tail -5;;
+    repeat) rep="$RES/${REP_DIR:-verdict_repeat}"; mkdir -p "$rep"  # goes on from REP_FROM's verdicts.jsonl, if named
+            [ -n "${REP_FROM:-}" ] && [ ! -e "$rep/verdicts.jsonl" ] && cp "$REP_FROM/verdicts.jsonl" "$rep/"
+            timeout "$STEP_S" python3 benchmarks/verdict_repeat.py "$rep" --device cuda --runs "${RUNS:-3}" \
+              --corpora "${CORPORA:-honest,exploits,suite}" ${REP_POLICY:+--policy "$REP_POLICY"} \
+              --time-limit $((STEP_S - ${DRAIN_S:-150})) 2>&1 | tail -4;;
+    precision) timeout "$STEP_S" python3 benchmarks/precision_calibration.py --device cuda \
+                 --out "$RES/precision_calibration" 2>&1 | tail -4;;
     profile) timeout "$STEP_S" python3 benchmarks/eval_trial_profile.py "${KB:-.kb/suite}" "$RES/eval_trial_profile" \
                ${PROFILE_TASKS:+--tasks "$PROFILE_TASKS"} 2>&1 | grep -v '^    {' | tail -12;;
     decoder) timeout "$STEP_S" python3 benchmarks/gemm_decoder.py "$RES/gemm_decoder" 2>&1 | tail -12;;

@@ -4,7 +4,8 @@ Run on the GPU machine from the repository root:
     python3 benchmarks/gemm_device.py --deadline 500 [--shapes grid|models] [--skip-tests]
 Every phase resumes from the committed results of this GPU model (H100 or H200: `gemm_tune_h100.jsonl.gz`,
 `tuned_h100.json`, ...), so successive calls continue where the last one stopped. `--shapes models` benchmarks the
-x @ W.T layout against F.linear into `gemm_models_<gpu>.csv` (one file for both dtypes).
+x @ W.T layout against F.linear into `gemm_models_<gpu>.csv.gz` (one file for both dtypes; benchmark CSVs are kept
+gzipped).
 """
 from __future__ import annotations
 
@@ -132,7 +133,7 @@ def main() -> None:
     ap.add_argument("--shapes", default="grid")
     ap.add_argument("--skip-tests", action="store_true")
     ap.add_argument("--dtype", default="fp16", choices=("fp16", "bf16"),
-                    help="the dtype the shapes are tuned and benchmarked in (bf16: into gemm_<gpu>_bf16.csv)")
+                    help="the dtype the shapes are tuned and benchmarked in (bf16: into gemm_<gpu>_bf16.csv.gz)")
     ap.add_argument("--no-bf16-cutlass", action="store_true",
                     help="tune bf16 without building the bf16 CUTLASS kernels (shapes the family is not searched on)")
     ap.add_argument("--skip-bench", action="store_true")
@@ -201,8 +202,8 @@ def main() -> None:
     shapes = read_shapes(args.shapes)
     gpu = gpu_tag(env["gpu"])
     layout = args.layout or ("nt" if args.shapes == "models" else "nn")
-    csv_path = RESULTS / (f"gemm_models_{gpu}.csv" if args.shapes == "models" else
-                          f"gemm_{gpu}.csv" if args.dtype == "fp16" else f"gemm_{gpu}_{args.dtype}.csv")
+    csv_path = RESULTS / (f"gemm_models_{gpu}.csv.gz" if args.shapes == "models" else
+                          f"gemm_{gpu}.csv.gz" if args.dtype == "fp16" else f"gemm_{gpu}_{args.dtype}.csv.gz")
     tune_gz = RESULTS / f"gemm_tune_{gpu}.jsonl.gz"
     table_name = f"tuned_{gpu}.json"
     work = Path(f"/tmp/gemm_tune_{gpu}.jsonl")

@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import argparse
 import csv
+import gzip
 import json
 import statistics
 import sys
 from pathlib import Path
 
-from kernelrl.bench.resume import RESULTS_FILE, ResultLog
+from kernelrl.bench.resume import RESULTS_FILE, kept_results
 from kernelrl.bench.result import TaskResult
 from kernelrl.bench.suite import SuiteError, discover, level_sort_key, problem_id, select_levels
 from kernelrl.task import identity_candidate
@@ -133,9 +134,8 @@ def report(run: Path, out: Path, low: float, high: float) -> Path:
         raise SystemExit(f"error: {run}: no results ({RESULTS_FILE} or summary.json); run kernelrl bench with "
                          f"--out {run} first")
     header = {}
-    summary = run / "summary.json"
-    if summary.exists():
-        s = json.loads(summary.read_text())
+    s = _summary(run)
+    if s is not None:
         sw = s.get("software", {})
         header = {"devices": ", ".join(s.get("device_names") or s.get("devices") or []), "torch": sw.get("torch"),
                   "cuda": sw.get("cuda"), "policy": s.get("policy", "strict")}
@@ -151,16 +151,25 @@ def report(run: Path, out: Path, low: float, high: float) -> Path:
 
 
 def _results(run: Path) -> list[TaskResult]:
-    """Every task's latest result: from results.jsonl (resumed runs add up there), else summary.json."""
-    done = ResultLog(run / RESULTS_FILE).load()
+    """Every task's latest result: from results.jsonl (resumed runs add up there; results.jsonl.gz in a kept
+    folder), else summary.json."""
+    done = kept_results(run)
     if done:
         latest = {r.task: r for r in done.values()}
         return sorted(latest.values(), key=lambda r: (level_sort_key(r.level), problem_id(r.task.split("/")[-1] + ".py")
                                                       or 0, r.task))
-    summary = run / "summary.json"
-    if summary.exists():
-        return [TaskResult.from_dict(t) for t in json.loads(summary.read_text()).get("tasks", [])]
-    return []
+    s = _summary(run)
+    return [TaskResult.from_dict(t) for t in s.get("tasks", [])] if s is not None else []
+
+
+def _summary(run: Path) -> dict | None:
+    """The run's summary.json (summary.json.gz in a kept folder), or None."""
+    plain, packed = run / "summary.json", run / "summary.json.gz"
+    if plain.is_file():
+        return json.loads(plain.read_text())
+    if packed.is_file():
+        return json.loads(gzip.decompress(packed.read_bytes()))
+    return None
 
 
 def _cell(text: str) -> str:

@@ -1,12 +1,17 @@
-"""fast_p and speedup statistics on hand-made results whose answers are known."""
+"""fast_p, speedup statistics and KernelBench's-rule counts on hand-made results whose answers are known, and how the
+report and the terminal summary give them."""
+import io
 import json
 import math
 
 import pytest
+from rich.console import Console
 
+from kernelrl.bench.cli import print_summary
 from kernelrl.bench.metrics import FAST_P, Summary, by_level, fast_p, geomean, summarize
+from kernelrl.bench.report import markdown, summary_dict
 from kernelrl.bench.result import TaskResult, from_verdict
-from kernelrl.verdict import Timing, Verdict
+from kernelrl.verdict import Flag, Timing, Verdict
 
 
 def ok(task, speedup, level="level1"):
@@ -130,3 +135,49 @@ def test_a_failed_verdict_gives_no_speedup_over_any_baseline():
         r = from_verdict("t", "", v, baseline, reference=_t(100.0), reference_compiled=_t(50.0))
         assert r.speedup is None and r.compile_speedup is None and not r.correct
     assert math.isclose(fast_p([r], 0.0), 0.0)
+
+
+SLACK = Flag(check="absolute_slack", hack=None, severity="warn",
+             message="output 0: relative error 0.9 at [3]: correct by KernelBench's rule only through its absolute "
+                     "tolerance")
+
+
+def _judged(task: str, status: str, policy: str, *flags: Flag) -> TaskResult:
+    v = Verdict(status=status, task=task, policy=policy, flags=flags, speedup=1.1 if status == "ok" else None,
+                speedup_method="perf_counter" if status == "ok" else None)
+    return from_verdict(f"level1/{task}", "level1", v, "eager")
+
+
+def _reported(results: list[TaskResult], policy: str) -> tuple[dict, str, str]:
+    """The summary, the markdown report and the terminal summary of `results`."""
+    summary = summary_dict(results, "eager", policy=policy)
+    console = Console(record=True, width=132, file=io.StringIO())
+    print_summary(summary, console)
+    return summary, markdown(summary, results), console.export_text()
+
+
+def test_under_the_kernelbench_policy_correct_tasks_are_counted_with_and_without_absolute_slack():
+    results = [_judged("a", "ok", "kernelbench"), _judged("b", "ok", "kernelbench", SLACK),
+               _judged("c", "ok", "kernelbench", SLACK, Flag("precision", "TF32", severity="warn")),
+               _judged("d", "incorrect", "kernelbench"),
+               TaskResult(task="level1/e", level="level1", status="missing", policy="kernelbench")]
+    summary, report, terminal = _reported(results, "kernelbench")
+    assert summary["kernelbench_rule"] == {"tasks": 5, "correct": 3, "correct_without_absolute_slack": 1}
+    assert "correct by KernelBench's rule 3, correct without absolute slack 1" in terminal
+    assert "Correct by KernelBench's rule 3, correct without absolute slack 1." in report
+    row = {line.split(" | ")[0]: line for line in report.splitlines() if line.startswith("| level1/")}
+    assert row["| level1/b"].endswith("| absolute slack |") and "absolute slack" not in row["| level1/a"]
+
+
+def test_the_counts_name_their_tasks_when_only_some_were_judged_under_the_kernelbench_policy():
+    results = [_judged("a", "ok", "kernelbench", SLACK), _judged("b", "ok", "strict")]
+    summary, report, terminal = _reported(results, "strict")
+    assert summary["kernelbench_rule"] == {"tasks": 1, "correct": 1, "correct_without_absolute_slack": 0}
+    assert "correct without absolute slack 0 (of the 1 tasks under the kernelbench policy)" in terminal
+
+
+def test_a_strict_run_reports_no_kernelbench_counts():
+    summary, report, terminal = _reported([_judged("a", "ok", "strict"), _judged("b", "incorrect", "strict")],
+                                          "strict")
+    assert "kernelbench_rule" not in summary
+    assert "KernelBench's rule" not in report and "KernelBench's rule" not in terminal

@@ -220,10 +220,31 @@ def test_a_rerun_with_resume_runs_only_what_is_not_finished(tmp_path):
     assert [(t["task"], t["status"]) for t in summary["tasks"]] == [("level1/1_Softsign", "ok"),
                                                                     ("level1/2_Broken", "reference_error")]
     assert len((out / "results.jsonl").read_text().splitlines()) == 3
-    # Each run that judged something left a line: its wall time and tasks, for per-hour rates over resumed runs.
+    # Each run that finished a task left a line: its wall time and tasks, for per-hour rates over resumed runs.
+    # The first judged nothing: one task had no candidate, the other's reference could not run.
     runs = [json.loads(line) for line in (out / "runs.jsonl").read_text().splitlines()]
-    assert [r["tasks"] for r in runs] == [2, 1] and runs[1]["judged"] == 1
-    assert all(r["wall_s"] > 0 and r["per_hour"] > 0 for r in runs)
+    assert [(r["tasks"], r["judged"], r["missing"], r["reference_error"]) for r in runs] == [(2, 0, 1, 1),
+                                                                                             (1, 1, 0, 0)]
+    assert runs[0]["per_hour"] == 0 and runs[1]["wall_s"] > 0 and runs[1]["per_hour"] > 0
+
+
+def test_a_runs_line_rates_judged_tasks_only_and_counts_missing_and_invalid_candidates_apart(tmp_path):
+    suite, cands = tmp_path / "suite" / "level1", tmp_path / "cands" / "level1"
+    suite.mkdir(parents=True)
+    cands.mkdir(parents=True)
+    for name in ("1_Softsign.py", "2_Softsign.py", "3_Softsign.py"):
+        shutil.copy(DATA / "suite" / "level1" / "softsign.py", suite / name)
+    (cands / "1_Softsign.py").write_text(SOFTSIGN_CAND)
+    (cands / "2_Softsign.py").write_text("import torch\n")  # no ModelNew: not a candidate
+    out = tmp_path / "out"
+    res = _bench(str(tmp_path / "suite"), "--candidates", str(tmp_path / "cands"), "--out", str(out),
+                 "--no-time-references", "--cache-dir", str(tmp_path / "cache"))
+    assert res.exit_code == 0, res.output
+    [line] = [json.loads(x) for x in (out / "runs.jsonl").read_text().splitlines()]
+    assert {k: line[k] for k in ("tasks", "judged", "missing", "invalid", "reference_error")} == {
+        "tasks": 3, "judged": 1, "missing": 1, "invalid": 1, "reference_error": 0}
+    assert line["per_hour"] == pytest.approx(3600 * 1 / line["wall_s"], rel=0.01)  # wall_s is rounded
+    assert "kernelbench_rule" not in line  # a strict run
 
 
 def test_levels_run_apart_add_up_to_one_report(tmp_path):

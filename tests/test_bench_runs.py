@@ -1,4 +1,5 @@
 """benchmarks/bench_runs.py: a bench output folder's rate, GPU-stage phases and speedups, on folders made here."""
+import gzip
 import importlib.util
 import json
 from pathlib import Path
@@ -59,6 +60,16 @@ def test_a_level_row_leaves_the_wall_clock_out_and_failed_verdicts_out_of_the_sp
     assert "1.020, 1.020, 1.020" in lines[3] and "3 judged in 36.0 s (1 run)" in lines[2]
 
 
+def test_tasks_without_a_verdict_are_named_beside_the_rate_and_left_out_of_it(tmp_path, capsys):
+    run = write_run(tmp_path / "run", [verdict_row("level1/a", "level1", 1.0, 1.0, 1.0)],
+                    [{"wall_s": 10.0, "tasks": 3, "judged": 1, "missing": 1, "invalid": 1, "reference_error": 0},
+                     {"wall_s": 8.0, "tasks": 1, "judged": 0, "missing": 1}])
+    s = bench_runs.summarise(*bench_runs.load(run))
+    assert s["per_hour"] == pytest.approx(3600 * 1 / 18.0) and s["unjudged"] == {"missing": 2, "invalid": 1}
+    bench_runs.main([str(run)])
+    assert "1 judged in 18.0 s (2 runs); not judged: 2 missing, 1 invalid" in capsys.readouterr().out
+
+
 def test_a_task_judged_again_counts_once_with_its_last_verdict_and_a_line_cut_short_is_skipped(tmp_path):
     run = write_run(tmp_path / "run", [verdict_row("level1/a", "level1", 0.5, 9.0, 9.0),
                                        verdict_row("level1/a", "level1", 1.0, 1.0, 1.0)], [])
@@ -66,6 +77,15 @@ def test_a_task_judged_again_counts_once_with_its_last_verdict_and_a_line_cut_sh
         f.write('{"key": "level1/b", "result": {"task": "lev')  # a run killed while writing
     s = bench_runs.summarise(*bench_runs.load(run))
     assert s["tasks"] == 1 and s["correctness"] == 1.0 and s["speedups"] == (1.0, 1.0, 1.0)
+
+
+def test_a_kept_folder_is_read_from_its_gzipped_results(tmp_path):
+    rows = [verdict_row("level1/a", "level1", 1.0, 1.0, 1.0), verdict_row("level2/b", "level2", 1.01, 2.0, 1.0)]
+    runs = [{"wall_s": 10.0, "tasks": 2, "judged": 2}]
+    plain, kept = write_run(tmp_path / "plain", rows, runs), write_run(tmp_path / "kept", rows, runs)
+    (kept / (RESULTS_FILE + ".gz")).write_bytes(gzip.compress((kept / RESULTS_FILE).read_bytes()))
+    (kept / RESULTS_FILE).unlink()
+    assert bench_runs.summarise(*bench_runs.load(kept)) == bench_runs.summarise(*bench_runs.load(plain))
 
 
 def test_a_folder_without_results_is_refused_in_one_line(tmp_path):

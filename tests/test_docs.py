@@ -55,10 +55,10 @@ def _docs(paths: list[Path]) -> list:
 
 def test_the_extractors_read_markdown_as_meant():
     text = ("See [the guide](docs/x.md#part), [a site](https://a.b), [here](#top) and ![plot](p.png).\n"
-            "Run `kernelrl gemm show --shape 1x2x3` or `benchmarks/results/gemm_h200.csv`; kernelrl makes code fast.\n"
+            "Run `kernelrl gemm show --shape 1x2x3` or `benchmarks/results/gemm_h200.csv.gz`; kernelrl makes code fast.\n"
             "```bash\nkernelrl eval REF CAND   # judge\npython -m kernelrl.gemm.build\n```\n")
     assert relative_links(text) == ["docs/x.md", "p.png"]
-    assert quoted_paths(text) == ["benchmarks/results/gemm_h200.csv"]
+    assert quoted_paths(text) == ["benchmarks/results/gemm_h200.csv.gz"]
     assert commands(text) == {("gemm", "show"), ("eval",)}
 
 

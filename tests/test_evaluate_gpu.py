@@ -152,3 +152,27 @@ def test_a_task_whose_trials_would_fill_the_gpu_side_by_side_is_judged_ok(tmp_pa
                               cache_dir=str(tmp_path))) as ev:
         v = ev.evaluate(task, cand)
     assert v.status == "ok", v.message
+
+
+def test_a_torch_compile_candidate_gets_its_verdict_again_from_the_build_cache_of_an_earlier_one(tmp_path):
+    """torch.compile's generated code names its Triton kernels by absolute path: a build copied into another
+    worker's folder pointed at the first one's, which confinement refuses (runtime_error on the second judgement)."""
+    honest = Path(__file__).parent / "honest"
+    t, c = Task.from_file(honest / "tasks" / "elementwise_chain.py"), Candidate.from_file(honest / "compiled_chain.py")
+    statuses = []
+    for _ in range(2):  # the second evaluator finds the first one's build in the cache
+        with Evaluator(EvalConfig(device="cuda", timing_rounds=2, timing_precision=0, cache_dir=str(tmp_path))) as e:
+            v = e.evaluate(t, c)
+            statuses.append((v.status, v.message))
+    assert statuses == [("ok", "")] * 2
+
+
+def test_a_reference_that_carries_state_is_ok_against_itself_job_after_job_on_the_gpu(ev):
+    from kernelrl.task import identity_candidate
+
+    state = Path(__file__).parent / "data" / "state"
+    for name in ("rnn_stateful", "rnn_hidden_stateful"):
+        t = Task.from_file(state / f"{name}.py")
+        for _ in range(2):
+            v = ev.evaluate(t, identity_candidate(t))
+            assert v.status == "ok", (name, v.message)

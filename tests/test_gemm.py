@@ -1435,6 +1435,17 @@ def test_a_benchmark_file_with_other_columns_is_not_appended_to(tmp_path):
         bench([Shape(64, 64, 128)], {}, None, old)
 
 
+def test_a_gzipped_benchmark_file_is_read_as_the_plain_one_and_left_as_it_was(tmp_path):
+    from kernelrl.gemm.bench import bench
+
+    kept = tmp_path / "kept.csv.gz"
+    kept.write_bytes(gzip.compress(b"m,n,k,dtype,torch_us\n64,64,64,fp16,2.0\n"))
+    before = kept.read_bytes()
+    with pytest.raises(ValueError, match="--fresh-bench"):  # its columns were read through the gzip
+        bench([Shape(64, 64, 128)], {}, None, kept)
+    assert kept.read_bytes() == before and [p.name for p in tmp_path.iterdir()] == ["kept.csv.gz"]
+
+
 def test_report_says_when_a_goal_is_not_met(tmp_path):
     md = markdown(read_rows(_csv(tmp_path, speedup=1.01)))
     assert "**not met**" in md and "1.010" in md and "fp16 in" in md

@@ -2,6 +2,7 @@
 benchmarks/kernelbench_identity.py, on small KernelBench-shaped folders made here."""
 import ast
 import csv
+import gzip
 import json
 import os
 import subprocess
@@ -107,6 +108,22 @@ def test_the_calibration_report_counts_the_band_and_names_what_graphs_could_not_
     rows = list(csv.DictReader((tmp_path / "out" / "calibration.csv").open()))
     assert [(row["task"], row["in_band"]) for row in rows] == [("level1/1_A", "True"), ("level1/2_B", "False"),
                                                                ("level2/1_C", "True"), ("level3/1_D", "False")]
+
+
+def test_a_kept_run_is_reported_from_its_gzipped_results_and_summary(tmp_path):
+    plain, kept = tmp_path / "run", tmp_path / "kept"
+    for run in (plain, kept):
+        ResultLog(run / RESULTS_FILE).append("key0", _result("level1/1_A", "ok", 1.004))
+        (run / "summary.json").write_text(json.dumps({"device_names": ["NVIDIA H100 80GB HBM3"],
+                                                      "software": {"torch": "2.11.0"}}))
+    for name in (RESULTS_FILE, "summary.json"):
+        packed = kept / (name + ".gz")
+        packed.write_bytes(gzip.compress((kept / name).read_bytes()))
+        (kept / name).unlink()
+    for run in (plain, kept):
+        assert _script("report", str(run), str(run / "out")).returncode == 0
+    md = (kept / "out" / "calibration.md").read_text()
+    assert md == (plain / "out" / "calibration.md").read_text() and "NVIDIA H100 80GB HBM3" in md
 
 
 def test_a_report_without_results_says_what_to_run(tmp_path):

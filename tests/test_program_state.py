@@ -111,3 +111,4 @@ def test_strict_accepts_a_candidate_more_accurate_than_the_fp32_reference(ev):
     t = Task.from_file(precision / "large_sums.py")
     v = ev.evaluate(t, Candidate.from_file(precision / "large_sums_exact.py"))
     assert v.status == "ok", v.message  # it differs from the reference by the reference's own error, 2.4e-4
+

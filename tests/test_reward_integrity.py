@@ -209,23 +209,25 @@ def _timed(model, inputs, time) -> float:
     return (time.perf_counter() - t0) * 1e6
 
 
-def test_poisoned_outputs_expose_a_replayed_tensor():
+def test_storage_handed_back_again_is_noticed_without_being_written_or_kept_alive():
     import torch
 
-    from kernelrl.evaluate.guards import outputs
+    from kernelrl.evaluate.guards.outputs import Returned
 
     cache = {}
 
     def replaying(x):
         return cache.setdefault("out", x * 2)
 
-    x = torch.randn(8)
-    first = replaying(x)
-    earlier = outputs.storage_ptrs([first])
-    outputs.poison_([first])
-    second = replaying(x)
-    assert outputs.reused_storage([second], earlier) == [0]
-    assert torch.isnan(second).all()
+    seen, x = Returned(), torch.randn(8)
+    first = replaying(x).clone()
+    assert seen.see([replaying(x)]) == []
+    again = replaying(x)
+    assert seen.see([again, torch.ones(3)]) == [0]
+    assert torch.equal(again, first)  # nothing was written into it
+    cache.clear()
+    del again
+    assert seen.see([torch.randn(8) * 2]) == []  # a freed storage is not mistaken for a new one at its address
 
 
 def test_malloc_perturb_turns_fresh_cpu_memory_into_garbage():

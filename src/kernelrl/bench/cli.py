@@ -14,7 +14,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from kernelrl.bench.metrics import FAST_P, Summary
+from kernelrl.bench.metrics import FAST_P, Summary, kernelbench_rule_line
 from kernelrl.bench.result import BASELINES, TaskResult
 from kernelrl.scale import RAY_HELP
 from kernelrl.task import POLICY_HELP
@@ -61,6 +61,7 @@ def bench_command(
     from kernelrl.bench.report import summary_dict, write_report
     from kernelrl.bench.resume import RESULTS_FILE, ResultLog, result_key
     from kernelrl.bench.runner import BenchConfig, run_suite
+    from kernelrl.bench.runs import append_run, run_record
     from kernelrl.bench.suite import SuiteError, discover, select_levels
     from kernelrl.evaluate import EvalConfig, EvaluationError, check_device
     from kernelrl.scale.ray_backend import RayUnavailable  # imports Ray only when a RayScheduler is made
@@ -128,7 +129,8 @@ def bench_command(
         except (EvaluationError, RayUnavailable) as e:
             _fail(str(e))
     if out is not None and fresh_results:
-        _log_run(out, started, time.monotonic() - t0, fresh_results, seen[0] if seen else None)
+        append_run(out, run_record(started, time.monotonic() - t0, fresh_results,
+                                   seen[0].device_busy if seen else {}))
     if len(fresh_results) < len(todo):
         err.print(f"[yellow]time limit:[/] {len(todo) - len(fresh_results)} tasks not started; run again with "
                   "--resume to finish them", highlight=False)
@@ -148,21 +150,6 @@ def bench_command(
         sys.stdout.write(json.dumps(summary) + "\n")
 
 
-RUNS_FILE = "runs.jsonl"
-
-
-def _log_run(out: Path, started: str, wall_s: float, results: list[TaskResult], stats) -> None:
-    """Append one line per run to `out`/runs.jsonl: its wall time, tasks judged and devices' busy fractions
-    (several --resume runs of one suite each leave theirs: judged tasks per device-hour come from them)."""
-    judged = sum(1 for r in results if r.candidate is not None)
-    record = {"started": started, "wall_s": round(wall_s, 1), "tasks": len(results), "judged": judged,
-              "per_hour": round(3600 * judged / wall_s, 1) if wall_s > 0 else None,
-              "device_busy": {d: round(b, 3) for d, b in stats.device_busy.items()} if stats else {}}
-    out.mkdir(parents=True, exist_ok=True)
-    with open(out / RUNS_FILE, "a") as f:
-        f.write(json.dumps(record) + "\n")
-
-
 def print_summary(summary: dict, console: Console) -> None:
     """fast_p and speedup statistics per level and overall, and counts by status, as a rich table."""
     t = Table(title=f"fast_p over the {summary['baseline']} baseline", title_justify="left")
@@ -176,6 +163,8 @@ def print_summary(summary: dict, console: Console) -> None:
                   end_section=i == len(rows) - 2)
     console.print(t)
     console.print("status: " + ", ".join(f"{k} {v}" for k, v in summary["counts"].items()), highlight=False)
+    if summary.get("kernelbench_rule"):
+        console.print(kernelbench_rule_line(summary["kernelbench_rule"], summary["total"]), highlight=False)
 
 
 def scheduler_line(s) -> str:

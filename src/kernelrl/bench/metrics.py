@@ -3,6 +3,10 @@
 fast_p is KernelBench's metric: the share of ALL tasks whose candidate is correct and more than p times
 faster than the baseline (a missing or failed candidate counts in the denominator). fast_0 is the share
 correct. Mean, median and geometric mean are over correct candidates with a measured speedup.
+
+Under the kernelbench precision policy an output may pass only through KernelBench's absolute tolerance (within
+atol of the reference, whatever its relative error); the evaluator marks such a verdict with an `absolute_slack`
+warning, and `kernelbench_rule` counts the correct tasks with and without it.
 """
 from __future__ import annotations
 
@@ -16,6 +20,7 @@ from kernelrl.bench.result import TaskResult
 from kernelrl.bench.suite import level_sort_key
 
 FAST_P = (0.0, 0.5, 0.8, 1.0, 1.5, 2.0)
+ABSOLUTE_SLACK = "absolute_slack"  # the check of the evaluator's warning flag
 
 
 def fast_p(results: Iterable[TaskResult], p: float) -> float:
@@ -75,6 +80,28 @@ def summarize(results: Iterable[TaskResult], ps: Iterable[float] = FAST_P) -> Su
         median_speedup=statistics.median(speedups) if speedups else None,
         counts=dict(sorted(Counter(r.status for r in rs).items())),
     )
+
+
+def without_absolute_slack(r: TaskResult) -> bool:
+    """Correct, and no output passed only through KernelBench's absolute tolerance."""
+    return r.correct and not (r.verdict is not None and any(f.check == ABSOLUTE_SLACK for f in r.verdict.flags))
+
+
+def kernelbench_rule(results: Iterable[TaskResult]) -> dict[str, int] | None:
+    """Of the tasks judged under the kernelbench policy: how many, how many correct by KernelBench's rule and how
+    many correct without its absolute slack; None when no task was judged under it."""
+    rs = [r for r in results if (r.verdict.policy if r.verdict is not None else r.policy) == "kernelbench"]
+    if not rs:
+        return None
+    return {"tasks": len(rs), "correct": sum(1 for r in rs if r.correct),
+            "correct_without_absolute_slack": sum(1 for r in rs if without_absolute_slack(r))}
+
+
+def kernelbench_rule_line(counts: dict[str, int], total: int) -> str:
+    """'correct by KernelBench's rule 5, correct without absolute slack 3' (of how many tasks, when not all)."""
+    of = "" if counts["tasks"] == total else f" (of the {counts['tasks']} tasks under the kernelbench policy)"
+    return (f"correct by KernelBench's rule {counts['correct']}, correct without absolute slack "
+            f"{counts['correct_without_absolute_slack']}{of}")
 
 
 def by_level(results: Iterable[TaskResult], ps: Iterable[float] = FAST_P) -> dict[str, Summary]:

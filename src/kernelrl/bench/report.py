@@ -11,7 +11,8 @@ from pathlib import Path
 import torch
 
 import kernelrl
-from kernelrl.bench.metrics import FAST_P, Summary, by_level, summarize
+from kernelrl.bench.metrics import (FAST_P, Summary, by_level, kernelbench_rule, kernelbench_rule_line, summarize,
+                                    without_absolute_slack)
 from kernelrl.bench.result import TaskResult
 
 CSV_FIELDS = ("task", "level", "status", "speedup", "eager_speedup", "compile_speedup", "reference_us",
@@ -27,8 +28,10 @@ def software() -> dict:
 def summary_dict(results: list[TaskResult], baseline: str, devices: tuple[str, ...] = (),
                  suite: str = "", device_names: tuple[str, ...] = (), policy: str = "strict",
                  skipped: tuple[tuple[str, str], ...] = ()) -> dict:
-    """The one JSON object a bench run reports: overall metrics, per-level metrics, per-task results, and the
-    suite's files that could not be loaded as references (`skipped`: relative path and reason)."""
+    """The one JSON object a bench run reports: overall metrics, per-level metrics, per-task results, the suite's
+    files that could not be loaded as references (`skipped`: relative path and reason) and, where any task was
+    judged under the kernelbench policy, `kernelbench_rule` (tasks under it, correct, correct without absolute
+    slack)."""
     overall = summarize(results)
     d = overall.to_dict()
     d.update(
@@ -38,6 +41,9 @@ def summary_dict(results: list[TaskResult], baseline: str, devices: tuple[str, .
         tasks=[r.to_dict() for r in results],
         skipped=[{"file": rel, "reason": why} for rel, why in skipped],
     )
+    rule = kernelbench_rule(results)
+    if rule is not None:
+        d["kernelbench_rule"] = rule
     return d
 
 
@@ -116,6 +122,10 @@ def markdown(summary: dict, results: list[TaskResult], plot_name: str | None = N
         cells += [_x(s.geomean_speedup), _x(s.mean_speedup), _x(s.median_speedup)]
         lines.append("| " + " | ".join(cells) + " |")
     lines += ["", "Status counts: " + ", ".join(f"{k} {v}" for k, v in summary["counts"].items()), ""]
+    if summary.get("kernelbench_rule"):
+        rule = kernelbench_rule_line(summary["kernelbench_rule"], summary["total"])
+        lines += [rule[0].upper() + rule[1:] + ". Without absolute slack: no output passed only through "
+                  "KernelBench's absolute tolerance (no `absolute_slack` warning on the verdict).", ""]
     if plot_name:
         lines += [f"![speedup per level]({plot_name})", ""]
     if summary.get("skipped"):
@@ -130,6 +140,8 @@ def markdown(summary: dict, results: list[TaskResult], plot_name: str | None = N
         note = (r.message or "").replace("|", "\\|").replace("\n", " ")[:120]
         if r.task in own:
             note = f"{own[r.task]} policy; {note}"
+        if r.correct and not without_absolute_slack(r):
+            note = "absolute slack" + (f"; {note}" if note else "")
         lines.append(f"| {r.task} | {r.status} | {_x(r.speedup)} | {_x(r.eager_speedup)} | "
                      f"{_x(r.compile_speedup)} | {_us(r.reference_us)} | {_us(r.reference_compiled_us)} | "
                      f"{_us(r.candidate_us)} | {r.method or ''} | {note} |")

@@ -5,6 +5,7 @@ and the same baseline; anything else runs again. A line cut short (the run was k
 """
 from __future__ import annotations
 
+import gzip
 import hashlib
 import json
 import os
@@ -36,16 +37,7 @@ class ResultLog:
 
     def load(self) -> dict[str, TaskResult]:
         """Finished results by key (the last one wins); {} when there is no log yet."""
-        done: dict[str, TaskResult] = {}
-        if not self.path.exists():
-            return done
-        for line in self.path.read_text().splitlines():
-            try:
-                entry = json.loads(line)
-                done[entry["key"]] = TaskResult.from_dict(entry["result"])
-            except (ValueError, KeyError, TypeError):
-                continue  # a line cut short by a killed run, or not ours
-        return done
+        return _parse(self.path.read_text()) if self.path.exists() else {}
 
     def append(self, key: str, result: TaskResult) -> None:
         """Add one finished result, on disk before this returns (a run killed next keeps it)."""
@@ -58,3 +50,23 @@ class ResultLog:
     def reset(self) -> None:
         """Start a fresh log (a run without --resume)."""
         self.path.unlink(missing_ok=True)
+
+
+def kept_results(folder: Path) -> dict[str, TaskResult]:
+    """A bench output folder's finished results by key, as `ResultLog.load` reads them: from its results.jsonl, or
+    from results.jsonl.gz where a finished run was packed to be kept ({} when it has neither)."""
+    packed = folder / (RESULTS_FILE + ".gz")
+    if not (folder / RESULTS_FILE).exists() and packed.is_file():
+        return _parse(gzip.decompress(packed.read_bytes()).decode())
+    return ResultLog(folder / RESULTS_FILE).load()
+
+
+def _parse(text: str) -> dict[str, TaskResult]:
+    done: dict[str, TaskResult] = {}
+    for line in text.splitlines():
+        try:
+            entry = json.loads(line)
+            done[entry["key"]] = TaskResult.from_dict(entry["result"])
+        except (ValueError, KeyError, TypeError):
+            continue  # a line cut short by a killed run, or not ours
+    return done

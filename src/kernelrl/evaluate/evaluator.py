@@ -520,11 +520,12 @@ class Evaluator:
     def _candidate_worker(self, candidate: Candidate) -> tuple[Worker, Path | None]:
         """A started candidate worker and its build slot (None when it builds straight into the cache).
 
-        C++/CUDA extensions record absolute paths in their build files, so they build in their own cache
-        entry (a fixed path per source digest) in a worker started for them; Python and Triton candidates,
-        whose caches are content-addressed, take the spare and get a copy of any cached build in its slot.
+        C++/CUDA extensions record absolute paths in their build files, and so does torch.compile's generated code
+        (its kernels' paths under the inductor cache), so they build in their own cache entry (a fixed path per
+        source digest) in a worker started for them; Python and Triton candidates, whose caches are
+        content-addressed, take the spare and get a copy of any cached build in its slot.
         """
-        if candidate.language in ("cuda", "cpp"):
+        if candidate.language in ("cuda", "cpp") or _compiles(candidate.source):
             entry = self._build_entry(candidate)
             return self._spawn({"role": "candidate", "cpu_threads": self.config.cpu_threads}, entry), None
         with self._refs_lock:
@@ -692,8 +693,11 @@ class Evaluator:
         worst, first, trials = None, None, 0
         facts = {"own_state": {}, "reused_storage": set()}  # what the candidate's outputs are (`Harness._facts`)
         prints = []  # the reference's outputs' fingerprints on the first two trials (inputs that differ)
-        # The last trial repeats the first seed: unwritten or racy outputs vary between runs on one input.
-        plan = [(s, "task" if i % 2 == 0 else "scaled", i < self.FULL_TRIALS) for i, s in enumerate(seeds)]
+        # The last trial repeats the first seed: unwritten or racy outputs vary between runs on one input. Under the
+        # kernelbench policy every trial draws the task's own inputs, as KernelBench does: its absolute atol makes
+        # the verdict depend on the inputs' scale, and a rescaled draw would make it depend on the draw.
+        scaled = "task" if self._policy == "kernelbench" else "scaled"
+        plan = [(s, "task" if i % 2 == 0 else scaled, i < self.FULL_TRIALS) for i, s in enumerate(seeds)]
         plan.append((seeds[0], "task", False))
         onto = self.device if self.device.type == "cuda" else None  # outputs compared there: a GB in milliseconds
         in_turn = self._trials_in_turn()
@@ -1197,6 +1201,11 @@ class Evaluator:
             flags.append(Flag("recheck", "the speedup could not be re-measured in a fresh worker: "
                                          f"{'; '.join(f.message for f in seen)[:300]}", hack="impossible_speed"))
         return got
+
+
+def _compiles(source: str) -> bool:
+    """Whether a candidate may run torch.compile (its build then records absolute paths: `_candidate_worker`)."""
+    return "compile" in source or "inductor" in source or "dynamo" in source
 
 
 def _ratio(ref: Timing | None, cand: Timing | None) -> float | None:

@@ -17,6 +17,7 @@ import time
 import traceback
 
 from kernelrl.evaluate import buildlog, state as progstate, tamper
+from kernelrl.evaluate.guards.outputs import Returned
 
 SAMPLES_PER_OUTPUT = 2048  # output elements compared per timed call
 IDLE_CACHE_SHARE = 16  # between requests, cached but unused device memory above 1/16 of the GPU is given back
@@ -72,7 +73,7 @@ class Harness:
         self._pristine = None  # the reference as built (`progstate.Pristine`), put back between jobs (`_restore`)
         self._ran = False  # whether the program ran since it was built or put back
         self._model64 = None  # the reference in float64 (`op_exact`), made when first asked for
-        self._returned = progstate.Returned()  # storages of the last outputs (facts: a buffer handed back again)
+        self._returned = Returned()  # storages of the last outputs (facts: a buffer handed back again)
         self._prints = {}  # output index -> float64 sum of its values when last returned (`_facts`)
         self.threads0 = tamper.python_threads()
         self.decoy = None
@@ -315,6 +316,8 @@ class Harness:
         which it returned before (a reused buffer), which of those still hold the values they held then, and
         (candidate) how many threads it started are still running now that the call returned."""
         torch = self.torch
+        if self.role != "candidate":
+            return {}
         owned = progstate.owned_storages(self._state())
         facts = {"own_state": {str(k): owned[o.untyped_storage().data_ptr()] for k, o in enumerate(outs)
                                if o.numel() and o.untyped_storage().data_ptr() in owned},
@@ -324,8 +327,7 @@ class Harness:
         facts["unchanged"] = [k for k, v in prints.items() if v is not None and self._prints.get(k) == v]
         self._prints = {k: float(torch.sum(o.detach(), dtype=torch.float64)) if o.is_floating_point() else None
                         for k, o in enumerate(outs)}
-        if self.role == "candidate":
-            facts["threads_running"] = tamper.python_threads() - self.threads0
+        facts["threads_running"] = tamper.python_threads() - self.threads0
         return facts
 
     def _restore(self) -> None:
@@ -339,7 +341,7 @@ class Harness:
             self.compiled = None  # it wrapped the program replaced
         self._ran = False
         self._state0 = self._state()
-        self._returned, self._prints = progstate.Returned(), {}
+        self._returned, self._prints = Returned(), {}
 
     def op_exact(self, op):
         """Reference role: the trial for `seed`/`dist` computed in float64 (parameters and inputs cast, tensors made

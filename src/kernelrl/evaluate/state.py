@@ -1,5 +1,5 @@
 """A program's state inside its worker: what it carries from one call to the next, the storage that belongs to it,
-the storage it hands back again, and (for the reference) putting it back as it was built.
+and (for the reference) putting it back as it was built.
 
 A task may carry state between calls (KernelBench's earlier RNN tasks replace `self.hidden` on every call). Such a
 state is the program's business: the evaluator starts both programs from the same state, gives them the same calls,
@@ -68,24 +68,6 @@ def owned_storages(state: dict) -> dict[int, str]:
         for k, item in list(items)[:64]:
             add(f"{name}[{k!r}]", item)
     return owned
-
-
-class Returned:
-    """The storages of the outputs a program returned last, held weakly: whether a new output's storage is one
-    handed back before (a reused buffer, or a replayed result), without keeping anything alive."""
-
-    def __init__(self):
-        self._last: list = []
-
-    def see(self, outs) -> list[int]:
-        """Indices of `outs` whose storage a previous call returned and is still alive; remembers `outs`."""
-        from torch.multiprocessing.reductions import StorageWeakRef
-
-        live = [r for r in self._last if not r.expired()]
-        now = [StorageWeakRef(o.untyped_storage()) for o in outs if o.numel()]
-        again = [i for i, o in enumerate(outs) if o.numel() and StorageWeakRef(o.untyped_storage()) in live]
-        self._last = now
-        return again
 
 
 class Pristine:

@@ -5,6 +5,7 @@ One CSV row per shape; resumable like the tuner (rows already in the file are sk
 from __future__ import annotations
 
 import csv
+import gzip
 import math
 import random
 import statistics
@@ -115,7 +116,22 @@ def bench_shape(s: Shape, dtype: torch.dtype, record: dict, disp: Dispatcher, fl
 
 def bench(shapes: list[Shape], records: dict[tuple, dict], disp: Dispatcher, out: Path, dtype: str = "fp16",
           deadline_s: float = math.inf, log=print, layout: str = "nn") -> int:
-    """Benchmark every shape not yet in `out` (cheapest first) that has a tuning record, in `layout` (LAYOUTS)."""
+    """Benchmark every shape not yet in `out` (cheapest first) that has a tuning record, in `layout` (LAYOUTS).
+    A gzipped `out` (`.csv.gz`, as benchmarks/results/ keeps them) is resumed in a plain copy and packed again."""
+    out = Path(out)
+    if out.suffix == ".gz":
+        plain = out.with_suffix(".unpacked")
+        before = gzip.decompress(out.read_bytes()) if out.is_file() else None
+        if before is not None:
+            plain.write_bytes(before)
+        try:
+            return bench(shapes, records, disp, plain, dtype, deadline_s, log, layout)
+        finally:
+            if plain.is_file():
+                after = plain.read_bytes()
+                if after != before:
+                    out.write_bytes(gzip.compress(after, mtime=0))
+                plain.unlink()
     if layout not in LAYOUTS:
         raise ValueError(f"layout {layout!r}: use one of {', '.join(LAYOUTS)}")
     t0 = time.perf_counter()

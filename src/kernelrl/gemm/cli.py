@@ -17,7 +17,7 @@ out = Console()
 
 RESULTS = Path("benchmarks/results")
 DEFAULT_RECORDS = RESULTS / "gemm_tune_h200.jsonl.gz"
-DEFAULT_CSV = RESULTS / "gemm_h200.csv"
+DEFAULT_CSV = RESULTS / "gemm_h200.csv.gz"
 
 
 def fail(message: str, code: int = 2):
@@ -102,7 +102,7 @@ def bench(
     shapes: str = typer.Option("grid", help="`grid`, `models`, MxNxK[,...], or a CSV with m,n,k"),
     results: Path = typer.Option(DEFAULT_RECORDS, help="the tuner's records (give the cuBLASLt baselines)"),
     table: Path = typer.Option(None, help="tuned table to dispatch with (default: the committed table of this GPU)"),
-    csv_out: Path = typer.Option(DEFAULT_CSV, "--out", help="CSV, one row per shape; resumed"),
+    csv_out: Path = typer.Option(DEFAULT_CSV, "--out", help="CSV, one row per shape (.csv.gz: kept gzipped); resumed"),
     deadline: float = typer.Option(math.inf, help="stop after this many seconds (rerun to resume)"),
     report: bool = typer.Option(True, help="write the markdown report and plots next to the CSV"),
     dtype: str = typer.Option("fp16", help="fp16 or bf16"),
@@ -128,9 +128,9 @@ def bench(
     n = run_bench(todo, recs, disp, csv_out, dtype, deadline_s=deadline, log=out.print, layout=layout)
     out.print(f"benchmarked {n} shapes into {csv_out}")
     if report:
-        from kernelrl.gemm.report import write_report
+        from kernelrl.gemm.report import report_prefix, write_report
 
-        out.print(f"report: {write_report(csv_out, csv_out.parent, csv_out.stem)}")
+        out.print(f"report: {write_report(csv_out, csv_out.parent, report_prefix(csv_out))}")
 
 
 @app.command()

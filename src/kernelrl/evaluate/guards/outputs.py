@@ -1,37 +1,25 @@
-"""Outputs as evidence: poison what a candidate returned once it has been read, and notice storage handed back twice.
+"""Outputs as evidence: notice storage a program hands back again, without writing into it.
 
-A candidate that caches its outputs and returns the cached tensor again (result replay) then returns poison;
-one that rewrites a reused buffer honestly still returns the right values.
+A program may return a buffer it keeps and rewrites (its own CUDA graph's static output), or one it returned before
+without rewriting it (a replayed result). Both are facts the verdict reports; which one it was, the values decide:
+inputs are fresh on every call, so a replayed result is wrong wherever the output depends on the inputs. Nothing
+here writes into a returned tensor: it may be the program's own state.
 """
 from __future__ import annotations
 
 
-def poison_(outputs) -> None:
-    """Overwrite returned tensors in place: NaN for floating point, the dtype's minimum for integers (after reading)."""
-    import torch
+class Returned:
+    """The storages of the outputs a program returned last, held weakly: whether a new output's storage is one
+    handed back before, without keeping anything alive."""
 
-    for t in outputs:
-        if not isinstance(t, torch.Tensor) or t.numel() == 0:
-            continue
-        with torch.no_grad():
-            if t.is_floating_point() or t.is_complex():
-                t.fill_(float("nan"))
-            elif t.dtype == torch.bool:
-                t.fill_(True)
-            else:
-                t.fill_(torch.iinfo(t.dtype).min)
+    def __init__(self):
+        self._last: list = []
 
+    def see(self, outs) -> list[int]:
+        """Indices of `outs` whose storage the previous call returned and is still alive; remembers `outs`."""
+        from torch.multiprocessing.reductions import StorageWeakRef
 
-def storage_ptrs(outputs) -> set[int]:
-    """Data pointers of the storages behind `outputs`."""
-    import torch
-
-    return {t.untyped_storage().data_ptr() for t in outputs if isinstance(t, torch.Tensor) and t.numel() > 0}
-
-
-def reused_storage(outputs, earlier: set[int]) -> list[int]:
-    """Indices of outputs whose storage is one returned earlier (the caller must keep earlier outputs alive)."""
-    import torch
-
-    return [i for i, t in enumerate(outputs)
-            if isinstance(t, torch.Tensor) and t.numel() > 0 and t.untyped_storage().data_ptr() in earlier]
+        live = [r for r in self._last if not r.expired()]
+        refs = [StorageWeakRef(o.untyped_storage()) if o.numel() else None for o in outs]
+        self._last = [r for r in refs if r is not None]
+        return [i for i, r in enumerate(refs) if r is not None and r in live]

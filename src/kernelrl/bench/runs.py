@@ -1,0 +1,45 @@
+"""A bench output folder's `runs.jsonl`: one line per run, with its wall time, what it judged and the devices' busy
+fractions, so rates over several `--resume` runs of one suite come from the lines together."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from kernelrl.bench.metrics import kernelbench_rule
+from kernelrl.bench.result import TaskResult
+
+RUNS_FILE = "runs.jsonl"
+# Tasks a run finished without a verdict, by status: no candidate file, a file that is not a candidate, a
+# reference that could not run. None of them is judged or counts towards the rate.
+UNJUDGED = ("missing", "invalid", "reference_error")
+
+
+def run_record(started: str, wall_s: float, results: list[TaskResult], device_busy: dict[str, float]) -> dict:
+    """One run's line: its start, wall time (s), tasks, tasks judged (a Verdict each), judged per hour, the tasks
+    without a verdict by status and each device's busy fraction; with KernelBench's rule counts where any task
+    was judged under the kernelbench policy."""
+    unjudged = {s: sum(1 for r in results if r.status == s) for s in UNJUDGED}
+    judged = len(results) - sum(unjudged.values())
+    record = {"started": started, "wall_s": round(wall_s, 1), "tasks": len(results), "judged": judged,
+              "per_hour": round(3600 * judged / wall_s, 1) if wall_s > 0 else None, **unjudged,
+              "device_busy": {d: round(b, 3) for d, b in device_busy.items()}}
+    rule = kernelbench_rule(results)
+    if rule is not None:
+        record["kernelbench_rule"] = rule
+    return record
+
+
+def append_run(out: Path, record: dict) -> Path:
+    """Append `record` as a line of `out`/runs.jsonl (the folder is made when missing)."""
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / RUNS_FILE
+    with open(path, "a") as f:
+        f.write(json.dumps(record) + "\n")
+    return path
+
+
+def read_runs(out: Path) -> list[dict]:
+    """The run lines of `out`/runs.jsonl ([] when there is none)."""
+    path = out / RUNS_FILE
+    lines = path.read_text().splitlines() if path.is_file() else []
+    return [json.loads(x) for x in lines if x.strip()]

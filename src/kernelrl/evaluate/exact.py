@@ -1,0 +1,154 @@
+"""An output judged against the exact (float64) result: accurate when it errs about as much as the fp32 reference."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Iterator
+
+import torch
+
+from kernelrl.evaluate.compare import CHUNK, SERIAL, SMALL, Mismatch, compare
+
+# An output is accurate when each of its two errors against the exact result (the reference program run in float64
+# on float64 copies of the same inputs and parameters) is within FACTOR times the fp32 reference's own error plus a
+# floor. Calibrated by benchmarks/precision_calibration.py; the measurements and margins are in
+# docs/reward_integrity.md ("Strict's calibration").
+# Where the reference is ill-conditioned and its own error is the larger term, honest orders measured up to 4.1x it,
+# TF32 over 1000x.
+FACTOR = 10.0
+# Relative L2 error any fp32 program may have where the reference is near exact: 5x the largest honest one measured
+# there (exp(x - logsumexp) softmax of logits spread over hundreds, 5.8e-6; a serial fp32 sum of 16384 terms, 2.6e-6),
+# a seventh of what rounding to TF32 or fp16 costs (2e-4 and more).
+FLOOR_REL_L2 = 3e-5
+# Worst element's error / (rms(exact) + |exact|) any fp32 program may have there: twice strict's elementwise fp32
+# tolerance (1e-4 of rms + |ref|), 6x the largest honest one measured (Winograd F(4x4, 3x3), 3.2e-5).
+FLOOR_MAX_REL = 2e-4
+
+
+@dataclass(frozen=True)
+class Accuracy(Mismatch):
+    """How one output's error against the exact result compares with the fp32 reference's own error.
+
+    `rel_l2` is ||out - exact|| / ||exact||; `max_rel` is max |out - exact| / (rms(exact) + |exact|), elementwise (an
+    element's error relative to the output's scale, or to the element where it is larger); `max_abs` is
+    max |out - exact|; `rms` is rms(exact). The `ref_` fields are the fp32 reference's errors, the `allowed_` fields
+    the bounds they set.
+    """
+
+    ref_rel_l2: float = 0.0
+    ref_max_rel: float = 0.0
+    allowed_rel_l2: float = 0.0
+    allowed_max_rel: float = 0.0
+
+    @property
+    def load(self) -> float:
+        """Error / allowed error, the larger over both statistics: at most 1 for an accurate output."""
+        return max(_ratio(self.rel_l2, self.allowed_rel_l2), _ratio(self.max_rel, self.allowed_max_rel))
+
+
+def allowed(ref_error: float, floor: float) -> float:
+    """The error an output may have where the fp32 reference's is `ref_error` (both in the unit of `floor`)."""
+    return FACTOR * ref_error + floor
+
+
+def against_exact(out: torch.Tensor, ref: torch.Tensor, exact: torch.Tensor) -> Accuracy:
+    """Is `out` about as accurate as the fp32 reference `ref`, both judged against `exact` (the float64 result)?"""
+    if out.shape != ref.shape or exact.shape != ref.shape:
+        return Accuracy(False, f"shape {tuple(out.shape)} != expected {tuple(ref.shape)}", mismatched=1)
+    if out.dtype != ref.dtype:
+        return Accuracy(False, f"dtype {out.dtype} != expected {ref.dtype}", mismatched=1)
+    if not (ref.is_floating_point() or ref.is_complex()):
+        m = compare(out, ref)  # integers and bools carry no rounding: they match exactly
+        return Accuracy(m.ok, m.reason, mismatched=m.mismatched)
+    if ref.is_complex():
+        out, ref, exact = (torch.view_as_real(t) if t.is_complex() else t for t in (out, ref, exact))
+    flat = tuple(t.detach().reshape(-1) for t in (out, ref, exact))
+    s = _norms(flat, out.device)
+    if s.differ:
+        return Accuracy(False, f"{s.differ} elements differ where the reference is NaN/Inf",
+                        math.inf, math.inf, math.inf, s.differ)
+    if s.nonfinite:
+        return Accuracy(False, f"{s.nonfinite} NaN/Inf values where the exact result is finite",
+                        math.inf, math.inf, math.inf, s.nonfinite)
+    if s.n == 0:
+        return Accuracy(True, "")
+    norm = math.sqrt(s.sq_exact)
+    unit, rms = (norm, norm / math.sqrt(s.n)) if norm > 0 else (1.0, 1.0)  # all-zero exact: absolute errors
+    rel_l2, ref_rel_l2 = math.sqrt(s.sq_out) / unit, math.sqrt(s.sq_ref) / unit
+    max_rel, ref_max_rel = _max_rel(flat, rms, out.device)
+    bound_l2, bound_max = allowed(ref_rel_l2, FLOOR_REL_L2), allowed(ref_max_rel, FLOOR_MAX_REL)
+    fields = dict(max_abs=s.max_abs, max_rel=max_rel, rel_l2=rel_l2, rms=rms, ref_rel_l2=ref_rel_l2,
+                  ref_max_rel=ref_max_rel, allowed_rel_l2=bound_l2, allowed_max_rel=bound_max)
+    if rel_l2 <= bound_l2 and max_rel <= bound_max:
+        return Accuracy(True, "", **fields)
+    beyond = _beyond(flat, rms, bound_max, out.device)
+    reason = (f"less accurate than the fp32 reference, both against the exact (float64) result: relative L2 error "
+              f"{rel_l2:.3g} (reference {ref_rel_l2:.3g}, allowed {bound_l2:.3g}); worst element's error "
+              f"{max_rel:.3g} of rms + |exact| (reference {ref_max_rel:.3g}, allowed {bound_max:.3g}), "
+              f"{beyond} elements beyond it")
+    return Accuracy(False, reason, mismatched=max(beyond, 1), **fields)
+
+
+@dataclass
+class _Norms:
+    """One pass over (out, ref, exact): squared norms in float64, the largest error, and what is not finite."""
+
+    n: int = 0
+    nonfinite: int = 0  # NaN/Inf in out where the reference and the exact result are finite
+    differ: int = 0  # positions where the reference or exact is NaN/Inf and out is not that value
+    sq_exact: float = 0.0
+    sq_out: float = 0.0
+    sq_ref: float = 0.0
+    max_abs: float = 0.0
+
+
+def _norms(flat: tuple[torch.Tensor, ...], device: torch.device) -> _Norms:
+    s = _Norms()
+    for o, r, e, differ in _pieces(flat, device):
+        s.differ += differ
+        bad = int((~torch.isfinite(o)).sum())
+        s.nonfinite += bad
+        if bad or not e.numel():
+            continue
+        d_out = (o - e).abs_()
+        s.n += e.numel()
+        s.sq_exact += float(torch.linalg.vector_norm(e)) ** 2
+        s.sq_out += float(torch.linalg.vector_norm(d_out)) ** 2
+        s.sq_ref += float(torch.linalg.vector_norm(r - e)) ** 2
+        s.max_abs = max(s.max_abs, float(d_out.max()))
+    return s
+
+
+def _max_rel(flat: tuple[torch.Tensor, ...], rms: float, device: torch.device) -> tuple[float, float]:
+    """max |x - exact| / (rms + |exact|) of out and of ref."""
+    worst_out = worst_ref = 0.0
+    for o, r, e, _ in _pieces(flat, device):
+        if e.numel():
+            scale = e.abs().add_(rms)
+            worst_out = max(worst_out, float((o - e).abs_().div_(scale).max()))
+            worst_ref = max(worst_ref, float((r - e).abs_().div_(scale).max()))
+    return worst_out, worst_ref
+
+
+def _beyond(flat: tuple[torch.Tensor, ...], rms: float, bound: float, device: torch.device) -> int:
+    """Elements of out whose |out - exact| / (rms + |exact|) exceeds `bound`."""
+    return sum(int(((o - e).abs_() > e.abs().add_(rms).mul_(bound)).sum()) for o, _, e, _ in _pieces(flat, device))
+
+
+def _pieces(flat: tuple[torch.Tensor, ...], device: torch.device) -> Iterator[tuple]:
+    """(out, ref, exact) chunk by chunk in float64 on `device`, without the positions where the reference or the
+    exact result is NaN/Inf; with each chunk, how many of those positions out does not reproduce."""
+    o, r, e = flat
+    step = SERIAL if e.device.type == "cpu" and e.numel() <= SMALL else CHUNK // 2  # float64: CHUNK's bytes
+    for i in range(0, e.numel(), step):
+        oc, rc, ec = (t[i:i + step].to(device, torch.float64) for t in (o, r, e))
+        judged = torch.isfinite(rc) & torch.isfinite(ec)
+        if bool(judged.all()):
+            yield oc, rc, ec, 0
+            continue
+        same = (oc == rc) | (oc == ec) | (torch.isnan(oc) & (torch.isnan(rc) | torch.isnan(ec)))
+        yield oc[judged], rc[judged], ec[judged], int((~judged & ~same).sum())
+
+
+def _ratio(x: float, bound: float) -> float:
+    return x / bound if bound > 0 else (0.0 if x == 0 else math.inf)
