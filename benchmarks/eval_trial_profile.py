@@ -23,7 +23,6 @@ import torch
 
 from kernelrl.evaluate import EvalConfig, Evaluator
 from kernelrl.evaluate import compare as cmp
-from kernelrl.evaluate import evaluator as ev
 from kernelrl.sandbox import devshare, process, wire
 from kernelrl.task import Task, identity_candidate
 
@@ -155,7 +154,6 @@ class Recorder:
 
         process.Worker.__init__, process.Worker.send, process.Worker.receive = p_init, p_send, p_receive
         wire.decode, wire.Mapped.lock, cmp.compare, process.Worker.share = p_decode, p_lock, p_compare, p_share
-        ev.cmp.compare = p_compare
 
 
 def main():

@@ -181,3 +181,13 @@ def test_a_strict_run_reports_no_kernelbench_counts():
                                           "strict")
     assert "kernelbench_rule" not in summary
     assert "KernelBench's rule" not in report and "KernelBench's rule" not in terminal
+
+
+def test_the_report_names_the_tasks_whose_output_does_not_depend_on_their_inputs():
+    prop = Flag("task_property", "the task's output does not depend on its inputs", severity="warn")
+    results = [_judged("a", "ok", "strict"), _judged("b", "ok", "strict", prop)]
+    _, report, _ = _reported(results, "strict")
+    assert "Tasks whose output does not depend on their inputs" in report and ": level1/b." in report
+    row = {line.split(" | ")[0]: line for line in report.splitlines() if line.startswith("| level1/")}
+    assert "output independent of the inputs" in row["| level1/b"]
+    assert "output independent" not in row["| level1/a"]

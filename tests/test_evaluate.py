@@ -266,7 +266,7 @@ def test_long_calls_get_fewer_calls_per_round_after_the_first(task, tmp_path):
 
 
 def test_timing_cores_come_from_the_gpus_local_list_a_pair_per_device():
-    from kernelrl.evaluate.evaluator import pick_cores
+    from kernelrl.evaluate.placement import pick_cores
 
     allowed = set(range(16))
     assert pick_cores(allowed, "8-11,14\n", 0) == [8, 9]

@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from kernelrl.evaluate import EvalConfig, Evaluator
-from kernelrl.evaluate.evaluator import HARNESS, build_cpus, worker_cpus
+from kernelrl.evaluate.evaluator import HARNESS
+from kernelrl.evaluate.placement import build_cpus, worker_cpus
 from kernelrl.sandbox.process import Worker
 from kernelrl.scale import SchedulerStats, make_scheduler
 from kernelrl.scale.local import LocalScheduler

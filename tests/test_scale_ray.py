@@ -181,7 +181,7 @@ def test_without_ray_installed_the_error_is_one_line_naming_the_extra(tmp_path):
 def test_an_actors_gpu_is_named_by_its_host_ordinal_for_core_picking(monkeypatch):
     import torch
 
-    from kernelrl.evaluate.evaluator import host_index
+    from kernelrl.evaluate.placement import host_index
 
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,5")  # as Ray sets it for an actor's GPUs
     assert [host_index(torch.device("cuda", i)) for i in (0, 1)] == [2, 5]
@@ -190,7 +190,7 @@ def test_an_actors_gpu_is_named_by_its_host_ordinal_for_core_picking(monkeypatch
 
 
 def test_builds_keep_off_the_timing_cores_of_gpus_hidden_from_the_actor():
-    from kernelrl.evaluate.evaluator import pick_cores, timing_cores
+    from kernelrl.evaluate.placement import pick_cores, timing_cores
 
     allowed = set(range(16))
     lists = ["0-7\n", "0-7\n", "8-15\n"]  # two GPUs on the first NUMA node, one on the second

@@ -87,6 +87,11 @@ def without_absolute_slack(r: TaskResult) -> bool:
     return r.correct and not (r.verdict is not None and any(f.check == ABSOLUTE_SLACK for f in r.verdict.flags))
 
 
+def input_independent(r: TaskResult) -> bool:
+    """Whether the verdict found the task's output independent of its inputs (a constant program solves it)."""
+    return r.verdict is not None and any(f.check == "task_property" for f in r.verdict.flags)
+
+
 def kernelbench_rule(results: Iterable[TaskResult]) -> dict[str, int] | None:
     """Of the tasks judged under the kernelbench policy: how many, how many correct by KernelBench's rule and how
     many correct without its absolute slack; None when no task was judged under it."""

@@ -11,8 +11,8 @@ from pathlib import Path
 import torch
 
 import kernelrl
-from kernelrl.bench.metrics import (FAST_P, Summary, by_level, kernelbench_rule, kernelbench_rule_line, summarize,
-                                    without_absolute_slack)
+from kernelrl.bench.metrics import (FAST_P, Summary, by_level, input_independent, kernelbench_rule,
+                                    kernelbench_rule_line, summarize, without_absolute_slack)
 from kernelrl.bench.result import TaskResult
 
 CSV_FIELDS = ("task", "level", "status", "speedup", "eager_speedup", "compile_speedup", "reference_us",
@@ -126,6 +126,10 @@ def markdown(summary: dict, results: list[TaskResult], plot_name: str | None = N
         rule = kernelbench_rule_line(summary["kernelbench_rule"], summary["total"])
         lines += [rule[0].upper() + rule[1:] + ". Without absolute slack: no output passed only through "
                   "KernelBench's absolute tolerance (no `absolute_slack` warning on the verdict).", ""]
+    constant = [r.task for r in results if input_independent(r)]
+    if constant:
+        lines += [f"Tasks whose output does not depend on their inputs (a constant program solves them; their "
+                  f"verdicts carry a `task_property` warning): {', '.join(constant)}.", ""]
     if plot_name:
         lines += [f"![speedup per level]({plot_name})", ""]
     if summary.get("skipped"):
@@ -142,6 +146,8 @@ def markdown(summary: dict, results: list[TaskResult], plot_name: str | None = N
             note = f"{own[r.task]} policy; {note}"
         if r.correct and not without_absolute_slack(r):
             note = "absolute slack" + (f"; {note}" if note else "")
+        if input_independent(r):
+            note = "output independent of the inputs" + (f"; {note}" if note else "")
         lines.append(f"| {r.task} | {r.status} | {_x(r.speedup)} | {_x(r.eager_speedup)} | "
                      f"{_x(r.compile_speedup)} | {_us(r.reference_us)} | {_us(r.reference_compiled_us)} | "
                      f"{_us(r.candidate_us)} | {r.method or ''} | {note} |")

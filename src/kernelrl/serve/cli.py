@@ -74,7 +74,7 @@ def serve_command(
 
 def _service(jobs, config, devices: tuple[str, ...], tasks: dict, window: int, ray: str | None = None):
     """The Service over a scheduler for `devices`, or for the GPUs of the Ray cluster `ray` names."""
-    from kernelrl.evaluate.evaluator import toolchain_key
+    from kernelrl.evaluate.candidates import toolchain_key
     from kernelrl.scale import make_scheduler
     from kernelrl.serve.service import Service, context_key
 

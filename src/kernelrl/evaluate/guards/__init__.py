@@ -1,1 +1,1 @@
-"""Runtime guards a worker applies around candidate calls: roofline floor, output poisoning, allocator poisoning, L2."""
+"""Runtime guards a worker applies around candidate calls: roofline floor, storage handed back again, allocator poisoning, L2."""

@@ -1,0 +1,150 @@
+"""The reference pool: a worker per task kept for later jobs (least recently used out), started and probed ahead,
+put back as built after every job (`Harness._restore`), and timed alone for bench baselines."""
+from __future__ import annotations
+
+import secrets
+import threading
+
+
+from kernelrl.sandbox.process import Worker, WorkerError
+from kernelrl.task import Task
+from kernelrl.verdict import Timing
+from kernelrl.evaluate.job import EvaluationError
+from kernelrl.evaluate.candidates import toolchain_key
+
+
+class ReferencePool:
+    """Reference workers kept per task (mixed into `Evaluator`)."""
+
+    def hold_reference(self, task: Task) -> dict:
+        """Start (or keep) the task's reference worker ahead of its `time_reference`; pass the result to `let_go`."""
+        return self._reference(task)[1]
+
+    def let_go(self, reference_state: dict) -> None:
+        """Stop holding a reference worker (from `hold_reference`): it may be evicted again."""
+        with self._refs_lock:
+            reference_state["users"] -= 1
+            self._evict()
+
+    def _reference(self, task: Task) -> tuple[Worker, dict]:
+        """The task's reference worker and state, started (and probed) if needed; pinned until released."""
+        key = task.digest
+        with self._refs_lock:
+            starting = self._starting.setdefault(key, threading.Lock())
+        with starting:  # prepares of other tasks go on while this one starts
+            with self._refs_lock:
+                if self._closed:
+                    raise EvaluationError("the evaluator is closed")
+                if key in self._refs and self._refs[key][0].alive:
+                    self._refs.move_to_end(key)
+                    self._refs[key][1]["users"] += 1
+                    return self._refs[key]
+                if key in self._refs:
+                    self._refs.pop(key)[0].close()
+            worker, state = self._start_reference(task)
+            with self._refs_lock:
+                if self._closed:
+                    worker.close()
+                    raise EvaluationError("the evaluator is closed")
+                self._refs[key] = (worker, state)
+                self._evict()
+            return worker, state
+
+    def _evict(self) -> None:
+        """Close least recently used reference workers beyond the limit, sparing those a job still holds."""
+        with self._refs_lock:
+            idle = [k for k, (_, st) in self._refs.items() if st.get("users", 0) <= 0]
+            for k in idle[:max(0, len(self._refs) - self._max_refs)]:
+                self._refs.pop(k)[0].close()
+
+    def _start_reference(self, task: Task) -> tuple[Worker, dict]:
+        key = task.digest
+        init = {"role": "reference", "task_source": task.source, "seed": secrets.randbits(31),
+                "fixed_inputs": list(task.meta.fixed_inputs), "cpu_threads": self.config.cpu_threads}
+        try:
+            worker = self._spawn(init, self.cache / "build" / f"ref-{key}-{toolchain_key()}")
+            h, _ = worker.request({"op": "ready"}, self.config.timeout_s)  # start-up, beside any GPU stage
+            if h.get("type") != "error":
+                with self._lock:  # the probe runs the reference on the device: not beside a GPU stage's timing
+                    h, _ = worker.request({"op": "trial", "seed": 0, "probe": True}, self.config.timeout_s)
+        except WorkerError as e:
+            last = [line for line in e.stderr_tail.strip().splitlines() if line.strip()][-1:]
+            raise EvaluationError(f"{task.name}: the reference does not run: {e}"
+                                  + (f": {last[0].strip()}" if last else "")) from e
+        if h.get("type") == "error" or h.get("problem"):
+            worker.close()
+            raise EvaluationError(f"{task.name}: the reference does not run: {h.get('message') or h.get('problem')}")
+        state = {"init": init, "compiled": False, "out_bytes": h.get("out_bytes", 0), "in_bytes": h.get("in_bytes", 0),
+                 "written_bytes": h.get("written_bytes"),
+                 "mutates": set(h.get("inputs_changed", [])),  # a reference may write into its inputs
+                 "stateful": bool(h.get("stateful")),  # its call replaced what it keeps (`Harness._facts`)
+                 "users": 1}  # prepared jobs and timings holding it (never evicted while held)
+        self._reserve(worker, state)
+        return worker, state
+
+    def _reserve(self, worker: Worker, state: dict) -> None:
+        """In the CPU stage, allocate the host memory a worker's trial replies will go through (`Worker.reserve`):
+        zeroing gigabytes takes seconds the GPU stage would otherwise wait for. Locking it waits for the GPU stage
+        (`_lock_spills`)."""
+        if self.device.type == "cuda" and isinstance(state.get("out_bytes"), int) and not self._lends:
+            worker.reserve(state["out_bytes"])  # not needed once workers take lent device memory (`_lock_spills`)
+
+    def _rest(self, ref: Worker | None) -> None:
+        """Have a reference worker put its program back as built and give back the device memory it used for the
+        job just done (`op_rest`), and unlock its spill file if a failed trial left it locked (`_lock_spills`)."""
+        if ref is None or not ref.alive:
+            return
+        try:
+            h, _ = ref.request({"op": "rest"}, 60)
+            ref.unlock(60)
+        except WorkerError:
+            return  # a dead or hung reference is replaced when next asked for
+        with self._refs_lock:
+            for worker, state in self._refs.values():
+                if worker is ref and not h.get("compiled", True):
+                    state["compiled"] = False  # its torch.compile wrapper went with the program it replaced
+
+    def _compile_reference(self, ref: Worker, task: Task):
+        with self._refs_lock:
+            state = next(s for w, s in self._refs.values() if w is ref)
+        if not state["compiled"]:
+            h, _ = ref.request({"op": "compile", "seed": 1}, self.config.timeout_s)
+            _raise_reference(h, task)
+            state["compiled"] = True
+
+    def time_reference(self, task: Task, compiled: bool = False) -> Timing:
+        """Timing of the reference alone (eager, or torch.compile'd), by the method `evaluate` compares on:
+        CUDA-graph replay when the timing basis is "device" and the program captures, else per-call latency."""
+        ref, state = self._reference(task)  # before the GPU lock: the probe takes it
+        try:
+            return self._time_reference(task, ref, compiled)
+        finally:
+            with self._lock:
+                self._rest(ref)
+            self.let_go(state)
+
+    def _time_reference(self, task: Task, ref: Worker, compiled: bool) -> Timing:
+        with self._lock:
+            if compiled:
+                self._compile_reference(ref, task)
+            rounds = self.config.timing_rounds
+            if self.device.type == "cuda" and self.config.use_graphs and self.config.timing_basis == "device":
+                samples, seed = [], secrets.randbits(62)
+                for _ in range(rounds):
+                    h, _ = ref.request(self._time_op(seed, kind="graph", compiled=compiled), self.config.timeout_s)
+                    if h.get("unavailable") or "times_us" not in h:
+                        break
+                    samples += h["times_us"]
+                else:
+                    return Timing.from_samples(samples, "cuda_graph")
+            samples, walls = [], []
+            for _ in range(rounds):
+                h, _ = self._time(ref, compiled, self.config.timeout_s)
+                samples += h["times_us"]
+                walls += h["wall_us"]
+            return Timing.from_samples(samples, self._method(), walls)
+
+
+def _raise_reference(h: dict, task: Task):
+    if h.get("type") == "error" or h.get("problem"):
+        raise EvaluationError(f"{task.name}: the reference failed: {h.get('message') or h.get('problem')}")
