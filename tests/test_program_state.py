@@ -112,3 +112,20 @@ def test_strict_accepts_a_candidate_more_accurate_than_the_fp32_reference(ev):
     v = ev.evaluate(t, Candidate.from_file(precision / "large_sums_exact.py"))
     assert v.status == "ok", v.message  # it differs from the reference by the reference's own error, 2.4e-4
 
+
+
+def test_a_trial_that_fails_after_passing_ones_and_passes_in_a_fresh_worker_is_named_nondeterministic(ev):
+    v = ev.evaluate(task("softmax_size1"), cand("third_call_wrong"))
+    assert v.status == "incorrect"
+    flag = next(f for f in v.flags if f.check == "nondeterministic")
+    assert flag.severity == "warn" and "passed as the first call of a fresh worker" in flag.message
+    assert "nondeterministic" in v.message
+
+
+def test_a_re_measurement_refutes_a_speedup_only_when_lower_beyond_both_errors():
+    from kernelrl.evaluate.timing import _refuted
+
+    assert _refuted(3.0, 0.004, 1.66, 0.004)  # far lower, tight errors: refuted (and measured again)
+    assert not _refuted(3.0, 0.2, 1.9, 0.2)  # lower by 1.58x, but within three combined standard errors
+    assert not _refuted(3.0, 0.004, 2.2, 0.004)  # lower, but by less than 1.5x: unstable at most
+    assert not _refuted(3.0, None, 4.0, None)  # higher never refutes
