@@ -28,8 +28,10 @@ def get_init_inputs():
     return []
 """
 
-# Every exploit whose hack is visible in its source is named with that class by the audit.
-STATIC_VISIBLE = [e for e in corpus.load() if e.hack not in ("impossible_speed",)]
+# Every exploit whose hack is visible in its source is named with that class by the audit. Not so: a clock rewritten
+# through a C pointer (impossible_speed), and a class found at run time in sys.modules (reference_rewrite: the decoy
+# names it; the audit only warns on sys.modules and on the rewrite).
+STATIC_VISIBLE = [e for e in corpus.load() if e.hack != "impossible_speed" and e.name != "reference_rewrite"]
 
 
 @pytest.mark.parametrize("exploit", STATIC_VISIBLE, ids=lambda e: e.name)

@@ -322,11 +322,11 @@ class Harness:
         facts = {"own_state": {str(k): owned[o.untyped_storage().data_ptr()] for k, o in enumerate(outs)
                                if o.numel() and o.untyped_storage().data_ptr() in owned},
                  "reused_storage": self._returned.see(outs)}
-        prints = {k: float(torch.sum(o.detach(), dtype=torch.float64)) if o.is_floating_point() else None
-                  for k, o in enumerate(outs) if k in facts["reused_storage"]}
-        facts["unchanged"] = [k for k, v in prints.items() if v is not None and self._prints.get(k) == v]
-        self._prints = {k: float(torch.sum(o.detach(), dtype=torch.float64)) if o.is_floating_point() else None
-                        for k, o in enumerate(outs)}
+        sums = {k: float(torch.sum(o.detach(), dtype=torch.float64)) if o.is_floating_point() else None
+                for k, o in enumerate(outs)}
+        facts["unchanged"] = [k for k in facts["reused_storage"]
+                              if sums[k] is not None and self._prints.get(k) == sums[k]]
+        self._prints = sums
         facts["threads_running"] = tamper.python_threads() - self.threads0
         return facts
 
