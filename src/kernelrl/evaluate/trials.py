@@ -98,9 +98,7 @@ class Trials:
             facts["own_state"].update(ch.get("own_state", {}))
             facts["reused_storage"].update(ch.get("reused_storage", ()))
             if full:
-                m = self._compare_outputs(task, ct, rt, rh["outputs"], ch["outputs"], what)
-                if not m.ok and not rh["inputs_changed"]:
-                    m = self._against_exact(ref, op, ct, rt, m, what)
+                m = self._compare_full(task, ref, op, rh, ch, rt, ct, what)
                 if i == 0 and m.ok:
                     first = {"seed": seed, "ref_header": rh, "cand_header": ch, **_summary(rt, ct)}
                 if i < 2:
@@ -166,9 +164,7 @@ class Trials:
             if rh.get("type") == "error" or ch.get("problem") or rh.get("outputs") != ch.get("outputs"):
                 return
             saved = self._incorrect_message
-            m2 = self._compare_outputs(task, ct, rt, rh["outputs"], ch["outputs"], what)
-            if not m2.ok and not rh["inputs_changed"]:
-                m2 = self._against_exact(p.ref, full, ct, rt, m2, what)
+            m2 = self._compare_full(task, p.ref, full, rh, ch, rt, ct, what)
             self._incorrect_message = saved
         except Aborted:
             return
@@ -182,6 +178,13 @@ class Trials:
                                                   "candidate's outputs depend on what ran before in its process",
                               severity="warn"))
             self._incorrect_message = f"{what}: {m.reason} (nondeterministic: it passed in a fresh worker)"
+
+    def _compare_full(self, task, ref: Worker, op: dict, rh: dict, ch: dict, rt: dict, ct: dict,
+                      what: str) -> cmp.Mismatch:
+        """A full trial's outputs against the reference's, then, where they differ and the reference left its inputs
+        as they were, against the exact result (`_against_exact`)."""
+        m = self._compare_outputs(task, ct, rt, rh["outputs"], ch["outputs"], what)
+        return self._against_exact(ref, op, ct, rt, m, what) if not m.ok and not rh["inputs_changed"] else m
 
     def _against_exact(self, ref: Worker, op: dict, ct: dict, rt: dict, m: cmp.Mismatch, what: str,
                        sample_seed: int | None = None, cs: dict | None = None) -> cmp.Mismatch:
@@ -201,7 +204,6 @@ class Trials:
                              "sample_seed": sample_seed}, self.config.timeout_s)
         if h.get("type") != "exact" or h.get("unavailable") or set(xt) != set(rt):
             return m
-        worst = None
         for k in sorted(rt):
             if not rt[k].is_floating_point():
                 if not torch.equal(ct[k].cpu(), rt[k].cpu()):
@@ -214,7 +216,6 @@ class Trials:
                 self._incorrect_message = f"{self._incorrect_message}; against the exact (float64) result: " \
                                           f"{j.reason}"
                 return m
-            worst = j if worst is None or j.rel_l2 > worst.rel_l2 else worst
             out = k[3:] if k.startswith("out") else k.split("o")[-1]  # "out0" (full), "c0o0" (samples)
             self._accurate[out] = max(self._accurate.get(out, 0.0), cmp.compare(o, r).rel_l2)
         self._incorrect_message = ""
