@@ -157,7 +157,7 @@ def test_a_wrong_shape_or_dtype_fails():
     assert not against_exact(ref.double(), ref, ref.double()).ok
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+@pytest.mark.gpu
 def test_cuda_outputs_are_judged_as_host_outputs():
     program, (a, b) = MATMUL  # torch's default: no TF32 in float32 matmuls
     a, b = a.cuda(), b.cuda()
