@@ -1,6 +1,7 @@
 """The evaluator's verdicts on real candidates, one status each, on the CPU."""
 import json
 import subprocess
+import threading
 import sys
 from pathlib import Path
 
@@ -305,3 +306,21 @@ def test_a_task_that_carries_state_between_calls_accepts_a_candidate_that_does_t
         "        return self.hidden * 2", "        self.last = getattr(self, 'last', self.hidden * 2)\n"
                                          "        return self.last")
     assert ev.evaluate(task, Candidate.from_source(replay)).status in ("incorrect", "rejected")
+
+
+def test_a_re_measurement_takes_a_worker_started_ahead_while_the_device_timed_on(tmp_path, task):
+    started = []
+    with Evaluator(EvalConfig(cache_dir=str(tmp_path), **dict(FAST, recheck_speedup=0.0))) as e:
+        fresh = e._fresh_worker
+
+        def spy(*args):
+            worker, slot = fresh(*args)
+            started.append((threading.current_thread().name, worker))
+            return worker, slot
+
+        e._fresh_worker = spy
+        v = judge(e, task, "correct")
+    assert v.status == "ok", v.message
+    assert any(f.check == "recheck" and "re-measured in a fresh worker" in f.message for f in v.flags)
+    assert started and started[0][0].startswith("kernelrl-recheck-worker")  # a CPU lane, not the GPU stage
+    assert not any(w.alive for _, w in started)

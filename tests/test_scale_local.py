@@ -85,7 +85,7 @@ def test_two_cpu_devices_judge_a_suite_each_future_resolving_once(config, task):
     assert "SIGSEGV" in verdicts[1].message and verdicts[2].status == "ok"  # the job after a crash still runs
     assert verdicts[0].policy == "kernelbench" and verdicts[2].policy == "strict"
     assert isinstance(stats, SchedulerStats) and stats.done == len(names) and stats.queued == stats.running == 0
-    assert set(stats.device_busy) == {"cpu#0", "cpu#1"} and s.capacity == 6
+    assert set(stats.device_busy) == {"cpu#0", "cpu#1"} and s.capacity == 2 * s._max_ahead >= 2 * (2 + 1)
     assert all(0 < b <= 1 for b in stats.device_busy.values())
     assert stats.verdicts_per_minute > 0 and stats.elapsed_s > 0
     assert SchedulerStats(**stats.to_dict()) == stats

@@ -77,8 +77,7 @@ def run_suite(suite: Suite, config: BenchConfig, cache: BaselineCache | None = N
                         on_stats(scheduler.stats())
 
         threads = [threading.Thread(target=work, name=f"bench-{i}", daemon=True)
-                   for i in range(scheduler.capacity if config.ray else
-                                  (config.lookahead + 1) * len(config.devices))]
+                   for i in range(scheduler.capacity)]
         for t in threads:
             t.start()
         for t in threads:

@@ -23,7 +23,7 @@ from kernelrl.evaluate.placement import build_cpus, worker_cpus
 from kernelrl.evaluate.candidates import HARNESS, CandidateWorkers
 from kernelrl.evaluate.refpool import ReferencePool
 from kernelrl.evaluate.trials import Trials
-from kernelrl.evaluate.timing import TimedRounds, _ratio
+from kernelrl.evaluate.timing import TimedRounds, _ratio, drop_fresh
 from kernelrl.evaluate.integrity import Integrity, _static_flags, _under_policy
 
 __all__ = ["HARNESS", "EvaluationError", "Evaluator", "Prepared", "check_device"]
@@ -77,6 +77,8 @@ class Evaluator(CandidateWorkers, ReferencePool, Trials, TimedRounds, Integrity)
         self._lends = False  # whether workers here have taken lent device memory for their replies
         # reads the reference's reply of a trial while the candidate's is read (gigabyte replies, both at once)
         self._reader = ThreadPoolExecutor(1, thread_name_prefix="kernelrl-reference-reply")
+        # starts and builds fresh workers for re-measurements while the device times on (`_foresee_recheck`)
+        self._ahead = ThreadPoolExecutor(1, thread_name_prefix="kernelrl-recheck-worker")
 
     # -- public -------------------------------------------------------------------------------------------
     def evaluate(self, task: Task, candidate: Candidate) -> Verdict:
@@ -88,13 +90,17 @@ class Evaluator(CandidateWorkers, ReferencePool, Trials, TimedRounds, Integrity)
         build; raises EvaluationError when the reference does not run. Pass the result to `judge` (or `release`)."""
         p = Prepared(task, candidate, time.monotonic(), Phases(),
                      static=_static_flags(candidate.source, task.source))
-        p.ref, p.state = self._reference(task)
         with self._refs_lock:
             self._live.add(p)
+        try:  # the candidate's worker boots while the reference starts (or is found kept)
+            p.cand, p.slot = self._candidate_worker(candidate)
+            p.ref, p.state = self._reference(task)
+        except BaseException:
+            self.release(p)
+            raise
         p.phases.mark("reference")
         left = self._left(p.t0 + self.config.timeout_s)
         try:
-            p.cand, p.slot = self._candidate_worker(candidate)
             self._ask(p.cand, self._load_op(task, p.state, candidate), left(self.config.build_timeout_s), "build")
             self._reserve(p.cand, p.state)
             p.kept = True
@@ -187,6 +193,7 @@ class Evaluator(CandidateWorkers, ReferencePool, Trials, TimedRounds, Integrity)
                 worker.close()
             self._refs.clear()
             self._reader.shutdown(wait=False)
+            self._ahead.shutdown(wait=False, cancel_futures=True)
             if self._spare is not None:
                 self._discard(self._spare)
                 self._spare = None
@@ -227,7 +234,7 @@ class Evaluator(CandidateWorkers, ReferencePool, Trials, TimedRounds, Integrity)
                        "speedup_method": "cuda_graph"}
         graphs.pop("graph_stderr", None)
         self._roofline(state, first, graphs.get("candidate_graph") or cand_t, flags)
-        threshold = max(cfg.recheck_speedup, task.meta.suspicious_speedup or 0)
+        threshold = self._recheck_threshold(task)
         if primary["speedup"] > threshold and not any(f.severity == "reject" for f in flags):
             kind = "graph" if primary["speedup_method"] == "cuda_graph" else "time"
             again = self._recheck(task, candidate, primary["speedup"], primary["speedup_stderr"], kind, left, flags,
@@ -268,6 +275,8 @@ class Evaluator(CandidateWorkers, ReferencePool, Trials, TimedRounds, Integrity)
             if p.finished:
                 return
             p.finished = True
+        drop_fresh(p.fresh)
+        p.fresh = None
         if p.cand is not None:
             p.cand.close()
         self._keep_build(p.candidate, p.slot, p.kept and not any(f.severity == "reject" for f in p.flags))

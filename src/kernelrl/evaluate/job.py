@@ -57,3 +57,5 @@ class Prepared:
     ready: float = 0.0                          # time.monotonic() when preparation ended
     finished: bool = False                      # candidate worker closed, build kept or dropped
     released: bool = False                      # reference worker unpinned
+    fresh: object | None = None                 # Future of a fresh loaded worker for the re-measurement
+    foreseen: bool = False                      # such a worker was started ahead (at most once a job)

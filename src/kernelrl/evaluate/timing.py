@@ -6,6 +6,7 @@ import math
 import secrets
 import shutil
 import statistics
+from concurrent.futures import TimeoutError as FutureTimeout
 
 import torch
 
@@ -95,6 +96,7 @@ class TimedRounds:
                 flags.append(Flag("threads", f"round {r + 1}: {ch['threads_grew']} new Python thread(s) "
                                              "while being timed", hack="background_thread"))
             ratios.append(statistics.median(rh["times_us"]) / max(statistics.median(ch["times_us"]), 1e-9))
+            self._foresee_recheck(task, ratios[-1])
             if r == 0:
                 shape = self._round_for(statistics.median(rh["times_us"]))
             ref_s += rh["times_us"]
@@ -163,6 +165,7 @@ class TimedRounds:
                 else:
                     comp_s += kh["times_us"]
             ratios.append(statistics.median(rh["times_us"]) / max(statistics.median(ch["times_us"]), 1e-9))
+            self._foresee_recheck(task, ratios[-1])
             ref_s += rh["times_us"]
             cand_s += ch["times_us"]
         rg, cg = Timing.from_samples(ref_s, "cuda_graph"), Timing.from_samples(cand_s, "cuda_graph")
@@ -216,15 +219,49 @@ class TimedRounds:
                                      f"worker: {speedup:.2f}× then {seen}; the lowest is kept", severity="warn"))
         return lowest[:3] if lowest[2] < speedup else None
 
+    def _recheck_threshold(self, task) -> float:
+        """The speedup above which a job's speedup is re-measured in a fresh worker."""
+        return max(self.config.recheck_speedup, task.meta.suspicious_speedup or 0)
+
+    def _foresee_recheck(self, task, ratio: float) -> None:
+        """Once a timing round of the job under way reads a speedup above the re-measurement threshold, start its
+        fresh worker and build on a CPU lane (`_fresh_worker`) while the device times on: the re-measurement then
+        waits only for its own timing. A speedup that ends below the threshold leaves the worker unused."""
+        p = self._current
+        if p is None or p.foreseen or self._closed or not ratio > self._recheck_threshold(task):
+            return
+        p.foreseen = True
+        p.fresh = self._ahead.submit(self._fresh_worker, task, p.candidate, p.state)
+
+    def _fresh_worker(self, task, candidate, state) -> tuple[Worker, object]:
+        """A fresh candidate worker with the candidate loaded and built: (worker, its build slot); raises Aborted
+        (with the worker closed) when the build fails."""
+        again, slot = self._candidate_worker(candidate)
+        try:
+            self._ask(again, self._load_op(task, state, candidate), self.config.build_timeout_s,
+                      "re-measurement build")
+        except BaseException:
+            _close_fresh(again, slot)
+            raise
+        return again, slot
+
     def _measure_fresh(self, task, candidate, kind, left, flags, first, shape):
         """The candidate loaded in a fresh worker and timed beside the reference as in `_timing` or `_graphs`:
-        (reference, candidate, speedup, its relative standard error), or None (flagged) where it cannot be."""
-        ref, state = self._current.ref, self._current.state  # held by the job under way
-        again, slot = self._candidate_worker(candidate)
+        (reference, candidate, speedup, its relative standard error), or None (flagged) where it cannot be. The
+        worker is the one started ahead for this job (`_foresee_recheck`) when there is one, else started now."""
+        p = self._current  # the job under way holds the reference
+        ref, state = p.ref, p.state
+        ahead, p.fresh = p.fresh, None
+        if ahead is not None:
+            try:
+                again, slot = ahead.result(timeout=left())
+            except FutureTimeout:
+                drop_fresh(ahead)
+                raise Aborted({"status": "timeout", "message": "re-measurement build: the evaluation's time ran out"})
+        else:
+            again, slot = self._fresh_worker(task, candidate, state)
         seen = []  # the measurement's own flags: only its refusals (wrong timed outputs ...) count
         try:
-            self._ask(again, self._load_op(task, state, candidate), left(self.config.build_timeout_s),
-                      "re-measurement build")
             if kind == "graph":
                 g = self._graphs(task, ref, again, left, seen, first, shape, compiled=False)
                 got = (g["reference_graph"], g["candidate_graph"], g["graph_speedup"], g["graph_stderr"]) if g \
@@ -233,14 +270,26 @@ class TimedRounds:
                 rt, ct, _, stderr = self._timing(task, ref, again, left, seen, first, compiled=False)
                 got = (rt, ct, _ratio(rt, ct), stderr)
         finally:
-            again.close()
-            if slot is not None:
-                shutil.rmtree(slot, ignore_errors=True)
+            _close_fresh(again, slot)
         flags.extend(f for f in seen if f.severity == "reject")
         if got is None:
             flags.append(Flag("recheck", "the speedup could not be re-measured in a fresh worker: "
                                          f"{'; '.join(f.message for f in seen)[:300]}", hack="impossible_speed"))
         return got
+
+
+def _close_fresh(worker: Worker, slot) -> None:
+    """Close a re-measurement's worker and remove its build slot (its build is the job's own, kept already)."""
+    worker.close()
+    if slot is not None:
+        shutil.rmtree(slot, ignore_errors=True)
+
+
+def drop_fresh(future) -> None:
+    """Give up a fresh worker started ahead for a re-measurement that did not happen: closed once it is up."""
+    if future is None or future.cancel():
+        return
+    future.add_done_callback(lambda f: f.exception() is None and _close_fresh(*f.result()))
 
 
 def _relative_stderr(ratios: list[float]) -> float:

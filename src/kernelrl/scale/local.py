@@ -112,8 +112,10 @@ class LocalScheduler:
 
     @property
     def capacity(self) -> int:
-        """Jobs that keep every device's pipeline full: callers that wait on each job keep this many going."""
-        return (self.lookahead + 1) * len(self._devices)
+        """Jobs that keep every device's pipeline full: callers that wait on each job keep this many going. That
+        is every job a device may have ahead (being prepared on the CPU lanes, prepared and waiting, being
+        judged): with fewer, the CPU stage, which takes longer than the GPU stage for most jobs, starves it."""
+        return self._max_ahead * len(self._devices)
 
     def stats(self) -> SchedulerStats:
         now = time.monotonic()
