@@ -221,11 +221,21 @@ class Evaluator(CandidateWorkers, ReferencePool, Trials, TimedRounds, Integrity)
         # -- timing: reference and candidate alternate; every timed call has fresh inputs, outputs checked
         if cfg.compare_compile:
             self._compile_reference(ref, task)
-        ref_t, cand_t, comp_t, stderr = self._timing(task, ref, cand, left, flags, first)
+        # Where graph replay will give the speedup, eager latency is measured to `latency_precision` only, and to
+        # `timing_precision` after all if the programs cannot be replayed (the rounds go on where they stopped).
+        replayed = cfg.use_graphs and self.device.type == "cuda"
+        rounds = {}
+        ref_t, cand_t, comp_t, stderr = self._timing(
+            task, ref, cand, left, flags, first, rounds=rounds,
+            precision=max(cfg.latency_precision, cfg.timing_precision) if replayed and cfg.timing_basis == "device"
+            else None)
         ph.mark("timing")
-        graphs = self._graphs(task, ref, cand, left, flags, first, self._round_for(ref_t.median_us)) if (
-            cfg.use_graphs and self.device.type == "cuda") else {}
+        graphs = self._graphs(task, ref, cand, left, flags, first, self._round_for(ref_t.median_us)) if replayed \
+            else {}
         ph.mark("graphs")
+        if not graphs and not self._precise_enough(len(rounds["ratios"]), rounds["ratios"]):
+            ref_t, cand_t, comp_t, stderr = self._timing(task, ref, cand, left, flags, first, rounds=rounds)
+            ph.mark("timing")
         report = self._report(cand, left, flags, reported)
         latency = _ratio(ref_t, cand_t)
         primary = {"speedup": latency, "speedup_stderr": stderr, "speedup_method": cand_t.method}

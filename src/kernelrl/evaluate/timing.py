@@ -45,14 +45,24 @@ class TimedRounds:
             raise EvaluationError(f"the reference failed while being timed: {h.get('message') or h.get('problem')}")
         return h, t
 
-    def _timing(self, task, ref, cand, left, flags, first, compiled: bool | None = None):
+    def _timing(self, task, ref, cand, left, flags, first, compiled: bool | None = None,
+                precision: float | None = None, rounds: dict | None = None):
+        """Eager per-call timing of both programs in alternating, adaptive rounds, until the speedup's relative
+        standard error is under `precision` (default: the config's `timing_precision`). `rounds`, when given,
+        holds the rounds measured so far and is filled in place: a later call with it goes on where this one
+        stopped (more rounds to a finer precision). Returns (reference, candidate, compiled reference timings,
+        the speedup's relative standard error)."""
         cfg = self.config
         compiled = cfg.compare_compile if compiled is None else compiled
-        ref_s, ref_w, cand_s, cand_w, comp_s, quiet, ratios = [], [], [], [], [], [], []
-        seed = secrets.randbits(62)  # one base input set; every timed call gets fresh inputs drawn from it (`fresh`)
-        shape = {}  # the first round's reference times set the later rounds' calls and warm-up (`_round_for`)
-        for r in range(max(cfg.timing_rounds, cfg.max_timing_rounds)):
-            if self._precise_enough(r, ratios):
+        acc = rounds if rounds is not None else {}
+        for k in ("ref_s", "ref_w", "cand_s", "cand_w", "comp_s", "quiet", "ratios"):
+            acc.setdefault(k, [])
+        ref_s, ref_w, cand_s, cand_w, comp_s, quiet, ratios = (acc[k] for k in ("ref_s", "ref_w", "cand_s", "cand_w",
+                                                                               "comp_s", "quiet", "ratios"))
+        seed = acc.setdefault("seed", secrets.randbits(62))  # one base input set; each timed call draws fresh inputs
+        shape = acc.setdefault("shape", {})  # set by the first round's reference times (`_round_for`)
+        for r in range(len(ratios), max(cfg.timing_rounds, cfg.max_timing_rounds)):
+            if self._precise_enough(r, ratios, precision):
                 break
             op = self._time_op(seed, **shape)
             order = ("ref", "cand") if r % 2 == 0 else ("cand", "ref")
@@ -98,7 +108,7 @@ class TimedRounds:
             ratios.append(statistics.median(rh["times_us"]) / max(statistics.median(ch["times_us"]), 1e-9))
             self._foresee_recheck(task, ratios[-1])
             if r == 0:
-                shape = self._round_for(statistics.median(rh["times_us"]))
+                shape.update(self._round_for(statistics.median(rh["times_us"])))
             ref_s += rh["times_us"]
             ref_w += rh["wall_us"]
             cand_s += ch["times_us"]
@@ -114,12 +124,12 @@ class TimedRounds:
         return (Timing.from_samples(ref_s, self._method(), ref_w), cand_t,
                 Timing.from_samples(comp_s, self._method()) if comp_s else None, _relative_stderr(ratios))
 
-    def _precise_enough(self, rounds: int, ratios: list[float]) -> bool:
+    def _precise_enough(self, rounds: int, ratios: list[float], precision: float | None = None) -> bool:
         """Whether `rounds` rounds with per-round speedups `ratios` suffice: the minimum is done and the speedup
-        is as precise as asked (or fixed rounds were asked for, precision 0)."""
+        is as precise as asked (`precision`, default the config's `timing_precision`; 0 asks for fixed rounds)."""
         cfg = self.config
-        return rounds >= cfg.timing_rounds and (cfg.timing_precision <= 0
-                                                or _relative_stderr(ratios) <= cfg.timing_precision)
+        precision = cfg.timing_precision if precision is None else precision
+        return rounds >= cfg.timing_rounds and (precision <= 0 or _relative_stderr(ratios) <= precision)
 
     def _graphs(self, task, ref, cand, left, flags, first, shape: dict, compiled: bool | None = None) -> dict:
         """CUDA-graph replay times (device time) of both programs, when both can be captured.
