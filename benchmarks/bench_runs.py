@@ -1,6 +1,6 @@
 """Summarise `kernelrl bench` output folders: the rate by the wall clock, where the GPU stage went, how the verdicts read.
 
-Usage: python benchmarks/bench_runs.py RUN [RUN ...] [--by-level] [--out FILE]
+Usage: python benchmarks/bench_runs.py RUN [RUN ...] [--by-level] [--corpus CORPUS_JSON] [--out FILE]
 
 Each RUN is a `kernelrl bench --out` folder: its `runs.jsonl` (one line per run or slice: wall time, tasks judged,
 tasks without a verdict by status) and its `results.jsonl` (one verdict per task, with the seconds of each phase;
@@ -10,11 +10,13 @@ rate it gives (tasks without a verdict named beside it), the mean seconds a task
 (correctness, timing, graphs, finish) and of the stage, the rate the stage alone bounds, the range and median of
 the speedups of `ok` verdicts, and how many tasks ran 60 or more graph replays a side (the adaptive rounds went on
 because the two sides' medians were not yet precise enough). Rows for a level leave the wall clock out: a run's
-wall time is not split by level. Markdown to stdout, or to `--out`.
+wall time is not split by level; so do the rows for each kind of candidate that `--corpus` gives (the corpus.json
+benchmarks/real_corpus.py wrote: its candidates' files and kinds). Markdown to stdout, or to `--out`.
 """
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import sys
 from pathlib import Path
@@ -59,6 +61,12 @@ def summarise(rows: list[TaskResult], runs: list[dict] | None) -> dict:
     return out
 
 
+def kinds(corpus: Path) -> dict[str, str]:
+    """Candidate file name -> its kind, from a corpus.json of benchmarks/real_corpus.py."""
+    manifest = json.loads(corpus.read_text())
+    return {c["file"]: c["kind"] for entries in manifest["tasks"].values() for c in entries}
+
+
 def table(named: list[tuple[str, dict]]) -> str:
     def f(x, fmt):
         return "" if x is None else format(x, fmt)
@@ -85,15 +93,20 @@ def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("runs", type=Path, nargs="+")
     ap.add_argument("--by-level", action="store_true", help="a row for each level of each run as well")
+    ap.add_argument("--corpus", type=Path, help="a corpus.json of benchmarks/real_corpus.py: a row for each kind too")
     ap.add_argument("--out", type=Path)
     args = ap.parse_args(argv)
     named = []
+    kind_of = kinds(args.corpus) if args.corpus else {}
     for run in args.runs:
         rows, runs = load(run)
         named.append((run.name, summarise(rows, runs)))
         if args.by_level:
             for level in sorted({r.level for r in rows}):
                 named.append((f"{run.name} {level}", summarise([r for r in rows if r.level == level], None)))
+        for kind in sorted(set(kind_of.values())):
+            of_kind = [r for r in rows if kind_of.get(Path(r.candidate or "").name) == kind]
+            named.append((f"{run.name} {kind}", summarise(of_kind, None)))
     text = table(named)
     if args.out:
         args.out.write_text(text)

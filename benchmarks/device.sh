@@ -2,7 +2,17 @@
 # One device call: install the carried wheels, then run the named steps; everything lands in $OUT/results.tgz.
 # Usage on the GPU machine:  STEP_S=150 bash benchmarks/device.sh STEP [STEP ...]
 #   steps: sanity confine gputests eval throughput calibrate repeat precision profile suite optimize train serve scaling
-#          gemm decoder
+#          gemm decoder redteam real grpo serve_grpo
+#   real, grpo: a real-like corpus (benchmarks/real_corpus.py, seed SEED, default 0: one candidate per task; grpo a
+#   group of 8, judged with --samples all) through `kernelrl bench` with a cold cache into res/throughput_<step>
+#   (corpus.json beside the results, rate.md by kind from benchmarks/bench_runs.py), going on from the results.jsonl
+#   and runs.jsonl in REAL_FROM (GRPO_FROM), if named; no task starts in the step's last DRAIN_S seconds (default 150).
+#   serve_grpo: benchmarks/serve_grpo.py, groups of 8 of that corpus through `kernelrl serve`, into res/serve_grpo;
+#   no group starts in the step's last DRAIN_S seconds (default 240), none is waited for in its last 60.
+#   redteam: `kernelrl redteam` of ${KB:-.kb/suite} under each policy of RT_POLICIES (default "strict kernelbench") into
+#   res/redteam_<policy>, resumed from what is there (or from REDTEAM_FROM/redteam_<policy>, if named); the policies
+#   share the step evenly, no task starting in a share's last DRAIN_S seconds (default 120); DEVICES names the GPUs
+#   that share the jobs (default cuda: one); RT_ARGS passes more flags
 #   repeat: benchmarks/verdict_repeat.py (RUNS runs, default 3, of CORPORA, default honest,exploits,suite, under
 #   REP_POLICY, default both) into res/${REP_DIR:-verdict_repeat}, going on from REP_FROM/verdicts.jsonl; precision: benchmarks/precision_calibration.py on the GPU into
 #   res/precision_calibration
@@ -69,10 +79,31 @@ for step in "$@"; do
              ${SUITE_ONLY:+--only "$SUITE_ONLY"} 2>&1 | tail -25;;
     optimize) timeout "$STEP_S" python3 benchmarks/optimize_device.py "$RES/optimize" --time-budget-s $((STEP_S - 60)) \
                 2>&1 | tail -20;;
+    redteam) pols=${RT_POLICIES:-strict kernelbench}; share=$((STEP_S / $(echo $pols | wc -w)))  # the step split evenly
+             for p in $pols; do  # --resume goes on from res/redteam_$p, or from REDTEAM_FROM/redteam_$p
+               rt="$RES/redteam_$p"; mkdir -p "$rt"
+               [ -n "${REDTEAM_FROM:-}" ] && [ ! -e "$rt/redteam.jsonl" ] && cp -r "$REDTEAM_FROM/redteam_$p/." "$rt/"
+               timeout "$share" python3 -m kernelrl.cli redteam "${KB:-.kb/suite}" --device "${DEVICES:-cuda}" --policy "$p" \
+                 --out "$rt" --resume --time-limit $((share - ${DRAIN_S:-120})) ${RT_ARGS:-} 2>&1 | tail -4
+             done;;
     train) timeout "$STEP_S" python3 benchmarks/train_device.py "$RES/train" 2>&1 | tail -20;;
     serve) timeout "$STEP_S" python3 benchmarks/serve_spread.py "$RES/serve_spread" --repeats 5 2>&1 | tail -30;;
     scaling) timeout "$STEP_S" python3 benchmarks/eval_scaling.py "${KERNELBENCH:-../shared/kernelbench}" \
                "$RES/eval_scaling" --gpus 1,2 --budget-s $(( (STEP_S - 120) / 2 )) 2>&1 | tail -10;;
+    real|grpo) run="$RES/throughput_$step"; corpus=$(mktemp -d); mkdir -p "$run"; per=1; samples=lowest
+               [ "$step" = grpo ] && { per=8; samples=all; }
+               from="${step^^}_FROM"; from="${!from:-}"  # REAL_FROM or GRPO_FROM: an earlier slice's folder
+               [ -n "$from" ] && [ ! -e "$run/results.jsonl" ] && cp "$from/results.jsonl" "$from/runs.jsonl" "$run/"
+               python3 benchmarks/real_corpus.py "${KB:-.kb/suite}" "$corpus" --seed "${SEED:-0}" \
+                 --per-task "$per" && cp "$corpus/corpus.json" "$run/"
+               KERNELRL_CACHE=$(mktemp -d) timeout $((STEP_S - 30)) python3 -m kernelrl.cli bench "${KB:-.kb/suite}" \
+                 --candidates "$corpus" --device cuda --out "$run" --resume --time-limit $((STEP_S - ${DRAIN_S:-150})) \
+                 --samples "$samples" 2>&1 | tail -6
+               python3 benchmarks/bench_runs.py "$run" --corpus "$run/corpus.json" --out "$run/rate.md" && cat "$run/rate.md";;
+    serve_grpo) corpus=$(mktemp -d)
+                python3 benchmarks/real_corpus.py "${KB:-.kb/suite}" "$corpus" --per-task 8 --seed "${SEED:-0}"
+                timeout $((STEP_S - 20)) python3 benchmarks/serve_grpo.py "${KB:-.kb/suite}" "$corpus" "$RES/serve_grpo" \
+                  --device cuda --time-limit $((STEP_S - ${DRAIN_S:-240})) --stop-after $((STEP_S - 60)) 2>&1 | tail -8;;
     gemm) timeout "$STEP_S" python3 benchmarks/gemm_device.py --deadline $((STEP_S - 30)) --skip-smoke ${GEMM_ARGS:-} 2>&1 | tail -20
           cp "$OUT"/gemm_* "$RES"/ 2>/dev/null;;
     *) echo "unknown step $step";;

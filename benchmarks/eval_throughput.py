@@ -29,16 +29,13 @@ from kernelrl.task import Candidate, Task, identity_candidate
 
 GPU_PHASES_NOT = ("reference", "start_and_build", "waited")  # the CPU stage and the wait; the rest is GPU stage
 
-CUDA_TEMPLATE = '''"""{what} in CUDA (load_inline): one grid-stride pass over the elements."""
-import torch
-import torch.nn as nn
-from torch.utils.cpp_extension import load_inline
-
-src = r"""
+# A load_inline extension `ext` whose `run(x)` writes {expr} of every element v of a float32 CUDA tensor x into a
+# new tensor (kernel {kernel}, extension {ext}); real_corpus.py builds its CUDA candidates on it too.
+CUDA_EXTENSION = '''src = r"""
 #include <torch/extension.h>
 #include <ATen/cuda/CUDAContext.h>
 
-__global__ void op_kernel(const float* __restrict__ x, float* __restrict__ y, long long n) {{
+__global__ void {kernel}(const float* __restrict__ x, float* __restrict__ y, long long n) {{
     long long stride = (long long)gridDim.x * blockDim.x;
     for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += stride) {{
         float v = x[i];
@@ -52,13 +49,20 @@ torch::Tensor run(torch::Tensor x) {{
     auto y = torch::empty_like(xc);
     long long n = xc.numel();
     long long blocks = std::min<long long>((n + 255) / 256, 132LL * 32);
-    op_kernel<<<blocks, 256, 0, at::cuda::getCurrentCUDAStream()>>>(xc.data_ptr<float>(), y.data_ptr<float>(), n);
+    {kernel}<<<blocks, 256, 0, at::cuda::getCurrentCUDAStream()>>>(xc.data_ptr<float>(), y.data_ptr<float>(), n);
     return y;
 }}
 """
-ext = load_inline(name="kernelrl_tp_{name}", cpp_sources="torch::Tensor run(torch::Tensor x);", cuda_sources=src,
+ext = load_inline(name="{ext}", cpp_sources="torch::Tensor run(torch::Tensor x);", cuda_sources=src,
                   functions=["run"], extra_cuda_cflags=["-O3"], verbose=False)
+'''
 
+CUDA_TEMPLATE = '''"""{what} in CUDA (load_inline): one grid-stride pass over the elements."""
+import torch
+import torch.nn as nn
+from torch.utils.cpp_extension import load_inline
+
+''' + CUDA_EXTENSION + '''
 
 class ModelNew(nn.Module):
     def __init__(self, *args):
@@ -68,6 +72,15 @@ class ModelNew(nn.Module):
         return ext.run(x)
 '''
 
+# A Triton kernel `{kernel}(x_ptr, y_ptr, n, BLOCK)` writing {expr} of every element v; real_corpus.py uses it too.
+TRITON_KERNEL = '''@triton.jit
+def {kernel}(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    v = tl.load(x_ptr + offs, mask=mask)
+    tl.store(y_ptr + offs, {expr}, mask=mask)
+'''
+
 TRITON_TEMPLATE = '''"""{what} in Triton: one pass over the elements, 64-bit offsets."""
 import torch
 import torch.nn as nn
@@ -75,13 +88,7 @@ import triton
 import triton.language as tl
 
 
-@triton.jit
-def op_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
-    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
-    mask = offs < n
-    v = tl.load(x_ptr + offs, mask=mask)
-    tl.store(y_ptr + offs, {expr}, mask=mask)
-
+''' + TRITON_KERNEL + '''
 
 class ModelNew(nn.Module):
     def __init__(self, *args):
@@ -91,7 +98,7 @@ class ModelNew(nn.Module):
         x = x.contiguous()
         y = torch.empty_like(x)
         n = x.numel()
-        op_kernel[(triton.cdiv(n, 4096),)](x, y, n, BLOCK=4096)
+        {kernel}[(triton.cdiv(n, 4096),)](x, y, n, BLOCK=4096)
         return y
 '''
 
@@ -116,8 +123,9 @@ def identity(task: Task) -> Candidate:
 def own_kernel(task: Task, stem: str) -> Candidate:
     language, what, expr = KERNELS[stem]
     template = CUDA_TEMPLATE if language == "cuda" else TRITON_TEMPLATE
-    return Candidate.from_source(template.format(what=what, expr=expr, name=stem.split("_", 1)[1].lower()),
-                                 name=f"{task.name}-{language}")
+    name = stem.split("_", 1)[1].lower()
+    source = template.format(what=what, expr=expr, kernel="op_kernel", ext=f"kernelrl_tp_{name}")
+    return Candidate.from_source(source, name=f"{task.name}-{language}")
 
 
 def jobs(root: Path, which: str, limit: int, seed: int) -> list[tuple[Task, Candidate]]:

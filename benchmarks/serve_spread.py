@@ -74,14 +74,15 @@ def main():
     write(args, rows, wall, metrics)
 
 
-def start_server(work: Path, device: str, token: str) -> tuple[subprocess.Popen, str]:
-    """`kernelrl serve` on a free port with its database and cache under `work`; returns (process, url)."""
+def start_server(work: Path, device: str, token: str, *options: str) -> tuple[subprocess.Popen, str]:
+    """`kernelrl serve` on a free port with its database and cache under `work` (more `options` for it, such as
+    --suite DIR); returns (process, url)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     env = dict(os.environ, KERNELRL_API_TOKEN=token, KERNELRL_CACHE=str(work / "cache"))
     proc = subprocess.Popen([sys.executable, "-m", "kernelrl.cli", "serve", "--port", str(port), "--db",
-                             str(work / "jobs.db"), "--device", device, "--report-every", "30"], env=env)
+                             str(work / "jobs.db"), "--device", device, "--report-every", "30", *options], env=env)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 300
     while True:

@@ -8,7 +8,7 @@ import pytest
 from rich.console import Console
 
 from kernelrl.bench.cli import print_summary
-from kernelrl.bench.metrics import FAST_P, Summary, by_level, fast_p, geomean, summarize
+from kernelrl.bench.metrics import FAST_P, Summary, best_of_samples, by_level, fast_p, geomean, summarize
 from kernelrl.bench.report import markdown, summary_dict
 from kernelrl.bench.result import TaskResult, from_verdict
 from kernelrl.verdict import Flag, Timing, Verdict
@@ -191,3 +191,25 @@ def test_the_report_names_the_tasks_whose_output_does_not_depend_on_their_inputs
     row = {line.split(" | ")[0]: line for line in report.splitlines() if line.startswith("| level1/")}
     assert "output independent of the inputs" in row["| level1/b"]
     assert "output independent" not in row["| level1/a"]
+
+
+def test_the_best_of_a_tasks_samples_is_its_fastest_correct_candidate_else_its_first_result():
+    group = [failed("a", "incorrect"), ok("a", 1.2), ok("a", 2.5), ok("a", 0.9), failed("b", "compile_error"),
+             failed("b", "incorrect")]
+    group = [TaskResult(**{**r.to_dict(), "sample": i, "verdict": None}) for i, r in enumerate(group)]
+    assert [(r.task, r.sample) for r in best_of_samples(group)] == [("a", 2), ("b", 4)]
+
+
+def test_a_run_of_every_sample_reports_all_candidates_and_the_best_of_each_task():
+    group = [TaskResult(**{**r.to_dict(), "sample": i % 2, "verdict": None})
+             for i, r in enumerate([ok("a", 3.0), failed("a", "incorrect"), failed("b", "incorrect"), ok("b", 0.6)])]
+    summary = summary_dict(group, "eager")
+    assert (summary["total"], summary["correct"], summary["fast_p"]["1"]) == (4, 2, 0.25)
+    best = summary["best_of_samples"]
+    assert (best["total"], best["correct"], best["fast_p"]["1"], list(best["levels"])) == (2, 2, 0.5, ["level1"])
+    md = markdown(summary, group)
+    assert "best of each task's samples: 2 of 2 tasks correct" in md and "| a#1 | incorrect |" in md
+    terminal = io.StringIO()
+    print_summary(summary, Console(file=terminal, width=200))
+    assert "best of each task's samples: 2 of 2 tasks correct, fast_0.5 1.00" in terminal.getvalue()
+    assert "best_of_samples" not in summary_dict([ok("a", 1.0)], "eager")

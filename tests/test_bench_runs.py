@@ -60,6 +60,23 @@ def test_a_level_row_leaves_the_wall_clock_out_and_failed_verdicts_out_of_the_sp
     assert "1.020, 1.020, 1.020" in lines[3] and "3 judged in 36.0 s (1 run)" in lines[2]
 
 
+def test_a_corpus_gives_a_row_for_each_kind_of_candidate(tmp_path, capsys):
+    rows = [verdict_row("level1/a", "level1", 1.5, 1.0, 1.0), verdict_row("level1/b", "level1", 0.5, 1.0, 1.0),
+            verdict_row("level2/c", "level2", 1.0, 1.0, 1.0, status="incorrect")]
+    files = {"level1/a": "level_1_problem_1_sample_0_kernel.py", "level1/b": "level_1_problem_2_sample_0_kernel.py",
+             "level2/c": "level_2_problem_1_sample_0_kernel.py"}
+    rows = [TaskResult(**{**r.to_dict(), "candidate": f"/tmp/corpus/{files[r.task]}", "verdict": r.verdict})
+            for r in rows]
+    run = write_run(tmp_path / "run", rows, [{"wall_s": 30.0, "tasks": 3, "judged": 3}])
+    kinds = {"level1/a": "cuda", "level1/b": "plain", "level2/c": "cuda"}
+    (tmp_path / "corpus.json").write_text(json.dumps({"tasks": {
+        task: [{"sample": 0, "kind": kinds[task], "op": None, "file": f}] for task, f in files.items()}}))
+    bench_runs.main([str(run), "--corpus", str(tmp_path / "corpus.json")])
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split(" | ")[:2] for line in lines[2:]] == [["| run", "3"], ["| run cuda", "2"], ["| run plain", "1"]]
+    assert "1.500, 1.500, 1.500" in lines[3] and "0.500, 0.500, 0.500" in lines[4]
+
+
 def test_tasks_without_a_verdict_are_named_beside_the_rate_and_left_out_of_it(tmp_path, capsys):
     run = write_run(tmp_path / "run", [verdict_row("level1/a", "level1", 1.0, 1.0, 1.0)],
                     [{"wall_s": 10.0, "tasks": 3, "judged": 1, "missing": 1, "invalid": 1, "reference_error": 0},

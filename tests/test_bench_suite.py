@@ -150,3 +150,32 @@ def test_levels_are_selected_by_number_or_name(tmp_path):
     assert [t.rel_path for t in select_levels(suite, ["1", "level_3"]).tasks] == ["level1/a.py", "level3/c.py"]
     with pytest.raises(SuiteError, match="no tasks in level '4'; this suite has level1, level2, level3"):
         select_levels(suite, ["4"])
+
+
+def test_with_every_sample_each_candidate_of_a_generated_run_is_a_task_of_its_own_in_sample_order(tmp_path):
+    write(tmp_path / "suite" / "level1" / "12_Matmul.py", REF.format(doc="matmul"))
+    write(tmp_path / "suite" / "level1" / "13_Other.py", REF.format(doc="other"))
+    paths = {s: write(tmp_path / "run" / f"level_1_problem_12_sample_{s}_kernel.py", CAND) for s in (10, 2, 0)}
+    tasks = discover(tmp_path / "suite", tmp_path / "run", samples="all").tasks
+    assert [(t.id, t.candidate_path) for t in tasks] == [
+        ("level1/12_Matmul#0", str(paths[0])), ("level1/12_Matmul#2", str(paths[2])),
+        ("level1/12_Matmul#10", str(paths[10])), ("level1/13_Other", None)]
+    assert {t.name for t in tasks} == {"level1/12_Matmul", "level1/13_Other"}
+
+
+def test_with_every_sample_a_candidate_matched_by_name_is_the_only_one_and_a_shared_sample_matches_none(tmp_path):
+    write(tmp_path / "suite" / "level1" / "5_Relu.py", REF.format(doc="relu"))
+    write(tmp_path / "suite" / "level1" / "7_Gelu.py", REF.format(doc="gelu"))
+    write(tmp_path / "cands" / "level_1_problem_5_sample_0_kernel.py", CAND)
+    same_name = write(tmp_path / "cands" / "5_Relu.py", CAND)
+    write(tmp_path / "cands" / "level_1_problem_7_sample_1_kernel.py", CAND)
+    write(tmp_path / "cands" / "level1_problem_7_sample_1.py", CAND)
+    relu, gelu = discover(tmp_path / "suite", tmp_path / "cands", samples="all").tasks
+    assert (relu.id, relu.candidate_path) == ("level1/5_Relu", str(same_name))
+    assert gelu.candidate_path is None and "2 candidates for level1 problem 7" in gelu.note
+
+
+def test_an_unknown_samples_choice_is_an_error_that_names_the_choices(tmp_path):
+    write(tmp_path / "suite" / "a.py", REF.format(doc="a"))
+    with pytest.raises(SuiteError, match="samples must be one of lowest, all"):
+        discover(tmp_path / "suite", samples="best")

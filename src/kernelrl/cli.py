@@ -141,6 +141,8 @@ _mount("optimize", "kernelrl.search.cli", "optimize_command",
        "Contrastive optimisation loop: LLM and non-LLM proposers, the evaluator as judge.")
 _mount("train", "kernelrl.train.cli", "train_command", "CUDA-L1's three training stages on TRL.", extra="train")
 _mount("gemm", "kernelrl.gemm.cli", "app", "Per-shape HGEMM search on Hopper, and the tuned matmul.")
+_mount("redteam", "kernelrl.redteam.cli", "redteam_command",
+       "Find the holes in a task set before a policy does: every known hack and a task audit, judged by the evaluator.")
 _mount("audit", "kernelrl.evaluate.audit_cli", "audit_command", "Static findings for a candidate and what each means.")
 _mount("serve", "kernelrl.serve.cli", "serve_command",
        "The reward as an HTTP service with a durable job queue (runs untrusted code: loopback unless a token is set).",

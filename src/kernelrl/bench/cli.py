@@ -14,7 +14,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from kernelrl.bench.metrics import FAST_P, Summary, kernelbench_rule_line
+from kernelrl.bench.metrics import FAST_P, Summary, best_of_samples_line, kernelbench_rule_line
 from kernelrl.bench.result import BASELINES, TaskResult
 from kernelrl.scale import RAY_HELP
 from kernelrl.task import POLICY_HELP
@@ -49,12 +49,17 @@ def bench_command(
     policy: str = typer.Option("strict", help=POLICY_HELP),
     level: List[str] = typer.Option([], "--level", "-l", help="run only this level (1, level1 or level_1); "
                                                               "repeat for several"),
+    samples: str = typer.Option("lowest", help="which of a task's samples to judge, where candidates are named as "
+                                               "KernelBench's generation runs name them (level_1_problem_12_sample_3_"
+                                               "kernel.py): lowest, or all (a group per task, judged in order)"),
     resume: bool = typer.Option(False, "--resume", help="keep the finished results in --out's results.jsonl and "
                                                         "run only the rest (the report covers both)"),
     time_limit: Optional[float] = typer.Option(None, help="start no task after this many seconds (finish with "
                                                           "--resume)"),
     ray: Optional[str] = typer.Option(None, "--ray", help=RAY_HELP + "; --device is then ignored and reference "
                                                                      "timings are not cached"),
+    exclude_flagged: Optional[Path] = typer.Option(None, "--exclude-flagged", help="drop the tasks a `kernelrl "
+                                                   "redteam` report of this folder (its redteam.json) flagged"),
 ):
     """Evaluate every task's candidate and report fast_p, speedups and status counts, per level and overall."""
     from kernelrl.bench.baselines import BaselineCache, device_name
@@ -83,8 +88,10 @@ def bench_command(
     try:
         for d in devices if ray is None else ():
             check_device(d)
-        whole = discover(tasks_dir, candidates)
+        whole = discover(tasks_dir, candidates, samples=samples)
         suite = select_levels(whole, level) if level else whole
+        if exclude_flagged is not None:
+            suite = _without_flagged(suite, exclude_flagged)
     except (EvaluationError, SuiteError) as e:
         _fail(str(e))
     for rel, why in whole.skipped:
@@ -93,12 +100,12 @@ def bench_command(
     eval_cfg = EvalConfig(timeout_s=timeout, build_timeout_s=min(timeout, 240.0), correctness_trials=trials,
                           timing_rounds=rounds, calls_per_round=calls, policy=policy,
                           **({"cache_dir": str(cache_dir)} if cache_dir else {}))
-    keys = {st.name: result_key(st, eval_cfg.policy_for(st.task.meta), baseline) for st in whole.tasks}
+    keys = {st.id: result_key(st, eval_cfg.policy_for(st.task.meta), baseline) for st in whole.tasks}
     log = ResultLog(out / RESULTS_FILE) if out is not None else None
     done = log.load() if log is not None and resume else {}
     if log is not None and not resume:
         log.reset()
-    todo = [st for st in suite.tasks if keys[st.name] not in done]
+    todo = [st for st in suite.tasks if keys[st.id] not in done]
     if done:
         err.print(f"resuming: {len(suite.tasks) - len(todo)} of {len(suite.tasks)} tasks already finished in "
                   f"{log.path}", highlight=False)
@@ -112,8 +119,8 @@ def bench_command(
 
         def advance(r: TaskResult):
             if log is not None:
-                log.append(keys[r.task], r)
-            progress.update(bar, advance=1, description=f"{r.task}: {r.status}{_speed(r.speedup)}")
+                log.append(keys[r.id], r)
+            progress.update(bar, advance=1, description=f"{r.id}: {r.status}{_speed(r.speedup)}")
 
         deadline = time.monotonic() + time_limit if time_limit is not None else None
         seen = []  # the scheduler's latest stats: the run's device busy fraction
@@ -135,8 +142,8 @@ def bench_command(
         err.print(f"[yellow]time limit:[/] {len(todo) - len(fresh_results)} tasks not started; run again with "
                   "--resume to finish them", highlight=False)
     # The report covers every task of the suite with a result: this run's and, with --resume, earlier ones.
-    new = {r.task: r for r in fresh_results}
-    results = [new.get(st.name) or done.get(keys[st.name]) for st in whole.tasks]
+    new = {r.id: r for r in fresh_results}
+    results = [new.get(st.id) or done.get(keys[st.id]) for st in whole.tasks]
     results = [r for r in results if r is not None]
     summary = summary_dict(results, baseline, devices=devices, suite=str(tasks_dir),
                            device_names=tuple(dict.fromkeys(device_name(d) for d in devices)) if ray is None
@@ -163,6 +170,8 @@ def print_summary(summary: dict, console: Console) -> None:
                   end_section=i == len(rows) - 2)
     console.print(t)
     console.print("status: " + ", ".join(f"{k} {v}" for k, v in summary["counts"].items()), highlight=False)
+    if summary.get("best_of_samples"):
+        console.print(best_of_samples_line(summary["best_of_samples"]), highlight=False)
     if summary.get("kernelbench_rule"):
         console.print(kernelbench_rule_line(summary["kernelbench_rule"], summary["total"]), highlight=False)
 
@@ -181,6 +190,20 @@ def _devices(values: list[str]) -> tuple[str, ...]:
 
     n = torch.cuda.device_count() if torch.cuda.is_available() else 0
     return tuple(f"cuda:{i}" for i in range(n)) or ("cpu",)
+
+
+def _without_flagged(suite, report: Path):
+    """`suite` without the tasks a red-team report (`kernelrl redteam`'s redteam.json, its "flagged" list) names."""
+    from kernelrl.bench.suite import SuiteError
+
+    try:
+        flagged = set(json.loads(report.read_text())["flagged"])
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise SuiteError(f"{report}: not a red-team report (kernelrl redteam writes redteam.json in its --out): "
+                         f"{type(e).__name__}: {e}") from e
+    kept = tuple(t for t in suite.tasks if t.name not in flagged)
+    err.print(f"excluded {len(suite.tasks) - len(kept)} tasks that {report} flagged", highlight=False)
+    return replace(suite, tasks=kept)
 
 
 def _speed(v: float | None, plain: bool = False) -> str:

@@ -4,6 +4,9 @@ fast_p is KernelBench's metric: the share of ALL tasks whose candidate is correc
 faster than the baseline (a missing or failed candidate counts in the denominator). fast_0 is the share
 correct. Mean, median and geometric mean are over correct candidates with a measured speedup.
 
+Where every sample of a task is judged (a group of candidates per task), fast_p over all results is over all
+candidates; `best_of_samples` keeps each task's best candidate, for fast_p over tasks.
+
 Under the kernelbench precision policy an output may pass only through KernelBench's absolute tolerance (within
 atol of the reference, whatever its relative error); the evaluator marks such a verdict with an `absolute_slack`
 warning, and `kernelbench_rule` counts the correct tasks with and without it.
@@ -82,6 +85,16 @@ def summarize(results: Iterable[TaskResult], ps: Iterable[float] = FAST_P) -> Su
     )
 
 
+def best_of_samples(results: Iterable[TaskResult]) -> list[TaskResult]:
+    """One result per task, in first-seen order: its fastest correct candidate, else its first result."""
+    best: dict[str, TaskResult] = {}
+    for r in results:
+        kept = best.get(r.task)
+        if kept is None or (r.correct and (not kept.correct or (r.speedup or 0.0) > (kept.speedup or 0.0))):
+            best[r.task] = r
+    return list(best.values())
+
+
 def without_absolute_slack(r: TaskResult) -> bool:
     """Correct, and no output passed only through KernelBench's absolute tolerance."""
     return r.correct and not (r.verdict is not None and any(f.check == ABSOLUTE_SLACK for f in r.verdict.flags))
@@ -107,6 +120,14 @@ def kernelbench_rule_line(counts: dict[str, int], total: int) -> str:
     of = "" if counts["tasks"] == total else f" (of the {counts['tasks']} tasks under the kernelbench policy)"
     return (f"correct by KernelBench's rule {counts['correct']}, correct without absolute slack "
             f"{counts['correct_without_absolute_slack']}{of}")
+
+
+def best_of_samples_line(best: dict) -> str:
+    """'best of each task's samples: 7 of 10 tasks correct, fast_0.5 0.60, ...' from a summary's
+    `best_of_samples`."""
+    s = Summary.from_dict(best)
+    fast = ", ".join(f"fast_{p:g} {s.fast_p.get(p, 0.0):.2f}" for p in FAST_P if p)
+    return f"best of each task's samples: {s.correct} of {s.total} tasks correct, {fast}"
 
 
 def by_level(results: Iterable[TaskResult], ps: Iterable[float] = FAST_P) -> dict[str, Summary]:

@@ -11,11 +11,12 @@ from pathlib import Path
 import torch
 
 import kernelrl
-from kernelrl.bench.metrics import (FAST_P, Summary, by_level, input_independent, kernelbench_rule,
-                                    kernelbench_rule_line, summarize, without_absolute_slack)
+from kernelrl.bench.metrics import (FAST_P, Summary, best_of_samples, best_of_samples_line, by_level,
+                                    input_independent, kernelbench_rule, kernelbench_rule_line, summarize,
+                                    without_absolute_slack)
 from kernelrl.bench.result import TaskResult
 
-CSV_FIELDS = ("task", "level", "status", "speedup", "eager_speedup", "compile_speedup", "reference_us",
+CSV_FIELDS = ("task", "sample", "level", "status", "speedup", "eager_speedup", "compile_speedup", "reference_us",
               "reference_compiled_us", "candidate_us", "method", "device", "policy", "candidate", "message")
 
 
@@ -31,7 +32,8 @@ def summary_dict(results: list[TaskResult], baseline: str, devices: tuple[str, .
     """The one JSON object a bench run reports: overall metrics, per-level metrics, per-task results, the suite's
     files that could not be loaded as references (`skipped`: relative path and reason) and, where any task was
     judged under the kernelbench policy, `kernelbench_rule` (tasks under it, correct, correct without absolute
-    slack)."""
+    slack); where every sample of a task was judged, `best_of_samples`: the metrics over each task's best
+    candidate, overall and per level."""
     overall = summarize(results)
     d = overall.to_dict()
     d.update(
@@ -44,6 +46,10 @@ def summary_dict(results: list[TaskResult], baseline: str, devices: tuple[str, .
     rule = kernelbench_rule(results)
     if rule is not None:
         d["kernelbench_rule"] = rule
+    if any(r.sample is not None for r in results):
+        best = best_of_samples(results)
+        d["best_of_samples"] = dict(summarize(best).to_dict(),
+                                    levels={lvl: s.to_dict() for lvl, s in by_level(best).items()})
     return d
 
 
@@ -122,6 +128,9 @@ def markdown(summary: dict, results: list[TaskResult], plot_name: str | None = N
         cells += [_x(s.geomean_speedup), _x(s.mean_speedup), _x(s.median_speedup)]
         lines.append("| " + " | ".join(cells) + " |")
     lines += ["", "Status counts: " + ", ".join(f"{k} {v}" for k, v in summary["counts"].items()), ""]
+    if summary.get("best_of_samples"):
+        lines += [best_of_samples_line(summary["best_of_samples"]) + ". The rows above count every candidate of "
+                  "every task (`task#sample` below).", ""]
     if summary.get("kernelbench_rule"):
         rule = kernelbench_rule_line(summary["kernelbench_rule"], summary["total"])
         lines += [rule[0].upper() + rule[1:] + ". Without absolute slack: no output passed only through "
@@ -148,7 +157,7 @@ def markdown(summary: dict, results: list[TaskResult], plot_name: str | None = N
             note = "absolute slack" + (f"; {note}" if note else "")
         if input_independent(r):
             note = "output independent of the inputs" + (f"; {note}" if note else "")
-        lines.append(f"| {r.task} | {r.status} | {_x(r.speedup)} | {_x(r.eager_speedup)} | "
+        lines.append(f"| {r.id} | {r.status} | {_x(r.speedup)} | {_x(r.eager_speedup)} | "
                      f"{_x(r.compile_speedup)} | {_us(r.reference_us)} | {_us(r.reference_compiled_us)} | "
                      f"{_us(r.candidate_us)} | {r.method or ''} | {note} |")
     return "\n".join(lines) + "\n"

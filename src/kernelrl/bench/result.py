@@ -32,6 +32,7 @@ class TaskResult:
     message: str = ""
     description: str = ""
     policy: str = ""                            # precision policy the task was judged under ("" in old results)
+    sample: int | None = None                   # the candidate's sample, where every sample of a task is judged
     verdict: Verdict | None = None
 
     def __post_init__(self):
@@ -43,6 +44,11 @@ class TaskResult:
     @property
     def correct(self) -> bool:
         return self.status == "ok"
+
+    @property
+    def id(self) -> str:
+        """The task's name, with '#<sample>' where every sample is judged (as `SuiteTask.id`)."""
+        return self.task if self.sample is None else f"{self.task}#{self.sample}"
 
     def to_dict(self) -> dict:
         d = asdict(self)

@@ -1,7 +1,8 @@
 """A bench run's results as they finish, one JSON line each (`results.jsonl`), so a rerun skips finished tasks.
 
-A result is reused only for the same task source, the same candidate file content, the same precision policy
-and the same baseline; anything else runs again. A line cut short (the run was killed while writing) is ignored.
+A result is reused only for the same task (and sample) and source, the same candidate file content, the same
+precision policy and the same baseline; anything else runs again. A line cut short (the run was killed while
+writing) is ignored.
 """
 from __future__ import annotations
 
@@ -19,14 +20,15 @@ RESULTS_FILE = "results.jsonl"
 
 
 def result_key(st: SuiteTask, policy: str, baseline: str) -> str:
-    """What a finished result depends on: task name and content, candidate content, policy and baseline."""
+    """What a finished result depends on: task name (and sample) and content, candidate content, policy and
+    baseline."""
     cand = ""
     if st.candidate_path is not None:
         try:
             cand = hashlib.sha256(Path(st.candidate_path).read_bytes()).hexdigest()[:16]
         except OSError:
             cand = "unreadable"
-    return "|".join((st.name, st.task.digest, cand, policy, baseline))
+    return "|".join((st.id, st.task.digest, cand, policy, baseline))
 
 
 @dataclass(frozen=True)

@@ -108,7 +108,7 @@ def run_task(ev: Evaluator, st: SuiteTask, config: BenchConfig, cache: BaselineC
     reference timing of its own only to derive a compile speedup (both references timed alike), or when the
     verdict timed nothing and the report asks for reference times."""
     base = dict(task=st.name, level=st.level, candidate=st.candidate_path, device=str(ev.device),
-                description=st.task.meta.description, policy=ev.config.policy_for(st.task.meta))
+                description=st.task.meta.description, policy=ev.config.policy_for(st.task.meta), sample=st.sample)
     notes = []
     cand = invalid = None
     if st.candidate_path is not None:
@@ -155,7 +155,8 @@ def run_task(ev: Evaluator, st: SuiteTask, config: BenchConfig, cache: BaselineC
             notes.append(f"timing the reference failed: {str(e)[:300]}")
     result = from_verdict(st.name, st.level, verdict, config.baseline, candidate=st.candidate_path,
                           reference=ref_t, reference_compiled=comp_t, description=st.task.meta.description)
-    return replace(result, message="; ".join(([result.message] if result.message else []) + notes))
+    return replace(result, message="; ".join(([result.message] if result.message else []) + notes),
+                   sample=st.sample)
 
 
 def reference_time(ev: Evaluator, st: SuiteTask, compiled: bool, cache: BaselineCache | None,

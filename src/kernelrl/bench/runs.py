@@ -15,12 +15,14 @@ UNJUDGED = ("missing", "invalid", "reference_error")
 
 
 def run_record(started: str, wall_s: float, results: list[TaskResult], device_busy: dict[str, float]) -> dict:
-    """One run's line: its start, wall time (s), tasks, tasks judged (a Verdict each), judged per hour, the tasks
-    without a verdict by status and each device's busy fraction; with KernelBench's rule counts where any task
-    was judged under the kernelbench policy."""
+    """One run's line: its start, wall time (s), tasks, candidates (more than tasks where every sample of a task is
+    judged), candidates judged (a Verdict each), judged per hour, the results without a verdict by status and
+    each device's busy fraction; with KernelBench's rule counts where any task was judged under the kernelbench
+    policy."""
     unjudged = {s: sum(1 for r in results if r.status == s) for s in UNJUDGED}
     judged = len(results) - sum(unjudged.values())
-    record = {"started": started, "wall_s": round(wall_s, 1), "tasks": len(results), "judged": judged,
+    record = {"started": started, "wall_s": round(wall_s, 1), "tasks": len({r.task for r in results}),
+              "candidates": len(results), "judged": judged,
               "per_hour": round(3600 * judged / wall_s, 1) if wall_s > 0 else None, **unjudged,
               "device_busy": {d: round(b, 3) for d, b in device_busy.items()}}
     rule = kernelbench_rule(results)

@@ -5,8 +5,9 @@ A task's level comes from the first folder on its relative path named like `leve
 found at the same relative path under the candidates directory, else by file name anywhere under it (the one
 in the same level folder wins when several share a name), else by level and problem id as KernelBench's own
 generation runs write them: `level1/12_anything.py` for the reference `level1/12_Matmul_....py`, or a flat
-`level_1_problem_12_sample_0_kernel.py` (the lowest sample when there are several). Nothing here runs task or
-candidate code.
+`level_1_problem_12_sample_0_kernel.py` (the lowest sample when there are several; with `samples="all"`, every
+sample, each a SuiteTask of its own in sample order: a group of candidates sharing the task). Nothing here runs
+task or candidate code.
 """
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ _PROBLEM = re.compile(r"^(\d+)_")  # KernelBench names a problem's file "<id>_<N
 # KernelBench's generation runs: level_1_problem_12_sample_0_kernel.py (also level1_problem_12...).
 _GENERATED = re.compile(r"^level[_-]?(\d+)[_-]problem[_-]?(\d+)(?:[_-]sample[_-]?(\d+))?", re.IGNORECASE)
 _IGNORED_DIRS = {"__pycache__", ".git", ".ipynb_checkpoints", "candidates"}
+SAMPLES = ("lowest", "all")  # which of a task's generated samples are judged
 
 
 class SuiteError(ValueError):
@@ -36,10 +38,16 @@ class SuiteTask:
     level: str
     candidate_path: str | None = None
     note: str = ""  # why no candidate was matched, where one could not be chosen
+    sample: int | None = None  # the candidate's sample number, where every sample of the task is judged
 
     @property
     def name(self) -> str:
         return self.rel_path[:-3] if self.rel_path.endswith(".py") else self.rel_path
+
+    @property
+    def id(self) -> str:
+        """The task's name, with '#<sample>' where every sample is judged: one per candidate of a run."""
+        return self.name if self.sample is None else f"{self.name}#{self.sample}"
 
 
 @dataclass(frozen=True)
@@ -84,8 +92,11 @@ def level_sort_key(level: str) -> tuple:
     return (0, int(m.group(1)), "") if m else (1, 0, level)
 
 
-def discover(tasks_dir: str | Path, candidates_dir: str | Path | None = None) -> Suite:
-    """Every reference .py file under `tasks_dir` (recursively), each matched to its candidate."""
+def discover(tasks_dir: str | Path, candidates_dir: str | Path | None = None, samples: str = "lowest") -> Suite:
+    """Every reference .py file under `tasks_dir` (recursively), each matched to its candidate (`samples="all"`:
+    to every sample of its candidates, one SuiteTask each)."""
+    if samples not in SAMPLES:
+        raise SuiteError(f"samples must be one of {', '.join(SAMPLES)}, not {samples!r}")
     root = Path(tasks_dir)
     if not root.is_dir():
         raise SuiteError(f"{root}: no such suite directory (give a folder of KernelBench-format .py files)")
@@ -108,8 +119,14 @@ def discover(tasks_dir: str | Path, candidates_dir: str | Path | None = None) ->
         except TaskError as e:
             skipped.append((rel_s, str(e)))
             continue
-        cand, note = _match(rel, level, cands_root, by_name, by_problem) if cands_root is not None else (None, "")
-        tasks.append(SuiteTask(task=task, rel_path=rel_s, level=level, candidate_path=cand, note=note))
+        found, note = [(None, None)], ""
+        if cands_root is not None and samples == "all":
+            found, note = _match_all(rel, level, cands_root, by_name, by_problem)
+        elif cands_root is not None:
+            cand, note = _match(rel, level, cands_root, by_name, by_problem)
+            found = [(None, cand)]
+        tasks += [SuiteTask(task=task, rel_path=rel_s, level=level, candidate_path=cand, note=note, sample=sample)
+                  for sample, cand in found or [(None, None)]]
     if not tasks:
         detail = f" ({len(skipped)} .py files skipped: {skipped[0][1]})" if skipped else ""
         raise SuiteError(f"{root}: no KernelBench-format references found{detail}; each needs class Model, "
@@ -178,12 +195,37 @@ def _match(rel: Path, level: str, cands_root: Path, by_name: dict[str, list[Path
         return str(same_level[0]), ""
     if found:  # several files share the name and none is the unique one in the task's level: no guess
         return None, f"{len(found)} candidates named {rel.name} and none in {level or 'the top level'} alone"
-    pid = problem_id(rel.name)
-    matches = sorted(by_problem.get((level, pid), []), key=lambda sp: (sp[0], str(sp[1]))) if pid is not None else []
+    matches = _generated(rel, level, by_problem)
     if not matches:
         return None, ""
     lowest = [p for sample, p in matches if sample == matches[0][0]]
     if len(lowest) > 1:
-        return None, (f"{len(lowest)} candidates for {level} problem {pid} "
-                      f"({', '.join(p.name for p in lowest[:3])}): no guess")
+        return None, _several(lowest, level, rel)
     return str(lowest[0]), ""
+
+
+def _match_all(rel: Path, level: str, cands_root: Path, by_name: dict[str, list[Path]],
+               by_problem: dict[tuple[str, int], list[tuple[int, Path]]]) -> tuple[list[tuple[int | None, str]], str]:
+    """Every sample (number, path) of the task's generated candidates, in sample order; a candidate matched by path
+    or file name is the task's only one (sample None). ([], why) where two files share a sample number."""
+    matches = _generated(rel, level, by_problem)
+    if not matches or (cands_root / rel).is_file() or rel.name in by_name:
+        cand, note = _match(rel, level, cands_root, by_name, by_problem)
+        return ([(None, cand)] if cand else []), note
+    for sample in sorted({s for s, _ in matches}):
+        same = [p for s, p in matches if s == sample]
+        if len(same) > 1:
+            return [], _several(same, level, rel)
+    return [(s, str(p)) for s, p in matches], ""
+
+
+def _generated(rel: Path, level: str,
+               by_problem: dict[tuple[str, int], list[tuple[int, Path]]]) -> list[tuple[int, Path]]:
+    """The generated candidates (sample, path) for the task at `rel`, by level and problem id, in sample order."""
+    pid = problem_id(rel.name)
+    return sorted(by_problem.get((level, pid), []), key=lambda sp: (sp[0], str(sp[1]))) if pid is not None else []
+
+
+def _several(paths: list[Path], level: str, rel: Path) -> str:
+    return (f"{len(paths)} candidates for {level} problem {problem_id(rel.name)} "
+            f"({', '.join(p.name for p in paths[:3])}): no guess")

@@ -1,0 +1,137 @@
+"""The task audit: the reference run on several seeds and input scales (in a probe worker), and what a trivial program
+would get from the evaluator's comparison: the same output whatever the input, an input handed back, zeros within the
+tolerance, another draw's output within the tolerance, an input the output ignores.
+
+`facts` compares one draw's outputs with the first draw's (in the probe worker, where the outputs are: a gigabyte
+output never moves); `findings` decides from the facts (pure); `audit_task` draws them.
+"""
+from __future__ import annotations
+
+import secrets
+from dataclasses import asdict, dataclass, replace
+from typing import TYPE_CHECKING
+
+import torch
+
+from kernelrl.evaluate.compare import compare
+from kernelrl.task import Task
+
+if TYPE_CHECKING:
+    from kernelrl.redteam.probe import Profile, ProbeWorker
+
+# Draws beyond the first, as (scale, the policies whose trials draw inputs like it): the evaluator's strict trials
+# rescale float inputs by 0.5-2.0; its kernelbench trials use the task's own inputs only.
+DRAWS = ((1.0, ("strict", "kernelbench")), (1.0, ("strict", "kernelbench")), (0.5, ("strict",)), (2.0, ("strict",)))
+SEVERITIES = ("flag", "note")  # flag: a trivial program solves the task; note: worth knowing, not trivial
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One thing the audit found about a task."""
+
+    check: str      # input_independent, stored_output_passes, output_is_input, zeros_pass, input_ignored,
+                    # input_negligible, reference_fails
+    message: str
+    severity: str = "flag"
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Finding":
+        return cls(**d)
+
+
+@dataclass(frozen=True)
+class Facts:
+    """How one draw's outputs relate to the first draw's (`base`), under the policy's comparison."""
+
+    equal: bool          # the same outputs, element for element
+    passes: bool         # the base outputs pass as this draw's
+    rel_l2: float        # ...with this worst relative L2 error
+    zeros: bool          # zeros pass as this draw's outputs
+    biggest: float       # the largest |output| of this draw
+    inputs: tuple = ()   # per output, the inputs it equals (inputs the call left as drawn)
+    scale: float = 1.0   # the scale of its float inputs
+    judged: bool = True  # whether the policy's trials draw inputs like this one
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Facts":
+        return cls(**dict(d, inputs=tuple(tuple(js) for js in d.get("inputs", ()))))
+
+
+def facts(base: list, outs: list, policy: str, atol: float | None = None, rtol: float | None = None,
+          inputs=()) -> Facts:
+    """Compare one draw's outputs with the first draw's, and with zeros, as the evaluator compares outputs."""
+    passes, err = _passes(base, outs, policy, atol, rtol)
+    zeros, _ = _passes([torch.zeros_like(o) for o in outs], outs, policy, atol, rtol)
+    biggest = max((float(o.abs().max()) for o in outs if o.numel() and o.dtype != torch.bool), default=0.0)
+    return Facts(_equal(base, outs), passes, err, zeros, biggest, tuple(tuple(js) for js in inputs))
+
+
+def _equal(a: list, b: list) -> bool:
+    return len(a) == len(b) and all(x.shape == y.shape and x.dtype == y.dtype and torch.equal(x, y.to(x.device))
+                                    for x, y in zip(a, b))
+
+
+def _passes(out: list, ref: list, policy: str, atol, rtol) -> tuple[bool, float]:
+    """Whether `out` passes for `ref` by the evaluator's elementwise comparison, and its worst relative L2 error."""
+    if len(out) != len(ref):
+        return False, float("inf")
+    ms = [compare(o.to(r.device), r, atol, rtol, policy) for o, r in zip(out, ref)]
+    return all(m.ok for m in ms), max((m.rel_l2 for m in ms), default=0.0)
+
+
+def findings(first: Facts, draws: list[Facts], varied: dict[int, Facts], policy: str) -> list[Finding]:
+    """What a trivial program gets: `first` is the first draw against itself, `draws` the other seeds and scales,
+    `varied` input index -> the draw with that input alone drawn again (inputs a new draw leaves as they were are
+    left out)."""
+    found = []
+    judged = [first] + [d for d in draws if d.judged]
+    scales = sorted({d.scale for d in draws} | {1.0})
+    where = f"{len(draws) + 1} draws, input scales {', '.join(f'{s:g}' for s in scales)}"
+    if all(d.equal for d in draws):
+        found.append(Finding("input_independent", f"the output is the same for every input ({where}): a program "
+                                                  "that returns a constant solves the task"))
+        varied = {}  # no input matters: saying so of each one adds nothing
+    elif len(judged) > 1 and all(d.passes for d in judged[1:]):
+        worst = max(d.rel_l2 for d in judged[1:])
+        found.append(Finding("stored_output_passes", f"one draw's output passes as every other's under {policy} "
+                                                     f"(relative L2 error up to {worst:.3g}): a program that returns "
+                                                     "a stored output solves the task"))
+    handed_back = [sorted(set.intersection(*(set(d.inputs[k]) if k < len(d.inputs) else set()
+                                             for d in [first] + draws)))
+                   for k in range(len(first.inputs))]
+    if handed_back and all(handed_back):
+        pairs = ", ".join(f"output {k} is input {js[0]}" for k, js in enumerate(handed_back))
+        found.append(Finding("output_is_input", f"{pairs} on every draw ({where}): a program that hands its input back "
+                                                "solves the task"))
+    if all(d.zeros for d in judged):
+        found.append(Finding("zeros_pass", f"zeros pass under {policy}: the largest |output| is "
+                                           f"{max(d.biggest for d in judged):.3g}"))
+    for j, d in sorted(varied.items()):
+        if d.equal:
+            found.append(Finding("input_ignored", f"the output does not depend on input {j}: drawing it again "
+                                                  "leaves every output element as it was", "note"))
+        elif d.passes:
+            found.append(Finding("input_negligible", f"drawing input {j} again changes the output by less than "
+                                                     f"{policy}'s tolerance: a program may ignore it", "note"))
+    return found
+
+
+def audit_task(task: Task, probe: "ProbeWorker", policy: str) -> tuple["Profile", list[Finding]]:
+    """The task's profile (inputs and outputs) and its findings, from draws of its reference in `probe`'s worker."""
+    seeds = [secrets.randbits(62) for _ in range(len(DRAWS) + 1)]
+    rule = {"policy": policy, "atol": task.meta.atol, "rtol": task.meta.rtol}
+    header = probe.draw(seeds[0], rule=rule, base=True)
+    profile = probe.profile(header)
+    first = Facts.from_dict(header["facts"])
+    draws = [replace(Facts.from_dict(probe.draw(seed, scale, rule=rule)["facts"]), scale=scale,
+                     judged=policy in judged_by) for seed, (scale, judged_by) in zip(seeds[1:], DRAWS)]
+    varied = {}
+    for j, spec in enumerate(profile.inputs):
+        if spec.tensor and spec.numel > 0:
+            h = probe.draw(seeds[0], vary=(j, seeds[1]), rule=rule)
+            if h.get("varied"):
+                varied[j] = Facts.from_dict(h["facts"])
+    return profile, findings(first, draws, varied, policy)

@@ -1,0 +1,116 @@
+"""The red team's report: one JSON object (what `--json` prints and `redteam.json` holds) and a markdown page, built
+from the journal. A task is flagged when a trivial program solves it (an audit finding of severity `flag`) or when a
+template or the LLM got `ok` without the policy allowing that class of hack by design."""
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+from kernelrl.redteam.journal import key
+
+REPORT_JSON, REPORT_MD = "redteam.json", "report.md"
+# Hack classes a policy allows by design: KernelBench's rule allows reduced-precision math. A hole of such a class is
+# listed with allowed_by_policy, flags no task and sets no exit status.
+ALLOWED = {"kernelbench": ("precision_downgrade",)}
+
+
+def summarise(team, tasks, suite: str = "", note: str = "") -> dict:
+    """The report object for `tasks` (SuiteTasks) from `team`'s journal (`run.RedTeam`)."""
+    records = team.journal.load()
+    names = [t.name for t in team.config.templates]
+    report, flagged, unfinished = {}, [], []
+    counts: Counter = Counter()
+    for st in tasks:
+        audit = records.get(key(team.base(st, "audit")))
+        if audit is None:
+            unfinished.append(st.name)
+            continue
+        policy = team.policy(st)
+        holes, left = [], False
+        for name in names:
+            r = records.get(key(team.base(st, "template", name)))
+            if r is None:
+                left = left or audit.get("profile") is not None
+                continue
+            counts["skipped" if r["status"] == "skipped" else "judged"] += 1
+            if r["status"] == "ok":
+                holes.append(_hole(r, name, r.get("hack", ""), policy))
+        n = 1
+        while (r := records.get(key(team.base(st, "attempt", str(n))))) is not None:
+            counts["attempts"] += 1
+            counts["cost_usd"] += r.get("cost_usd", 0.0)
+            if r["status"] == "ok":
+                holes.append(_hole(r, f"llm-{n}", "", policy))
+            n += 1
+        report[st.name] = {"audit": audit["findings"], "holes": holes}
+        counts["holes"] += len(holes)
+        counts["allowed"] += sum(h["allowed_by_policy"] for h in holes)
+        if any(f["severity"] == "flag" for f in audit["findings"]) or any(not h["allowed_by_policy"] for h in holes):
+            flagged.append(st.name)
+        if left:
+            unfinished.append(st.name)
+    devices = ", ".join(team.config.devices or (team.config.eval.device,))
+    return {"suite": suite, "policy": team.config.eval.policy, "device": devices, "templates": names,
+            "tasks": report, "flagged": flagged, "unfinished": unfinished,
+            "counts": {"tasks": len(tasks), "judged": counts["judged"], "skipped": counts["skipped"],
+                       "holes": counts["holes"], "allowed_by_policy": counts["allowed"], "flagged": len(flagged),
+                       "llm_attempts": counts["attempts"], "llm_cost_usd": round(counts["cost_usd"], 6)},
+            "note": note}
+
+
+def _hole(r: dict, template: str, hack: str, policy: str) -> dict:
+    return {"template": template, "hack": hack, "status": r["status"], "speedup": r.get("speedup"),
+            "flags": r.get("flags", []), "allowed_by_policy": hack in ALLOWED.get(policy, ()), "case": r.get("case")}
+
+
+def has_holes(summary: dict) -> bool:
+    """Whether any task has a hole its policy does not allow by design (the command's exit status is then 1)."""
+    return any(not h["allowed_by_policy"] for t in summary["tasks"].values() for h in t["holes"])
+
+
+def write(summary: dict, out: Path) -> list[Path]:
+    """redteam.json and report.md under `out`."""
+    out.mkdir(parents=True, exist_ok=True)
+    paths = [out / REPORT_JSON, out / REPORT_MD]
+    paths[0].write_text(json.dumps(summary, indent=1) + "\n")
+    paths[1].write_text(markdown(summary))
+    return paths
+
+
+def markdown(s: dict) -> str:
+    """The report as a markdown page: counts, one table per template class, a table per task with findings or holes."""
+    c = s["counts"]
+    lines = [f"# Red team of {s['suite'] or 'a task set'} ({s['policy']} policy, {s['device']})", "",
+             f"{c['tasks']} tasks; {c['judged']} template verdicts ({c['skipped']} templates skipped where they cannot "
+             f"apply); {c['holes']} holes, {c['allowed_by_policy']} of them of a class the policy allows; "
+             f"{c['flagged']} tasks flagged." + (f" LLM: {c['llm_attempts']} attempts, ${c['llm_cost_usd']:.4f}."
+                                                  if c["llm_attempts"] else "")]
+    if s["unfinished"]:
+        lines += ["", f"Unfinished ({len(s['unfinished'])} tasks, run again with --resume): "
+                      + ", ".join(f"`{n}`" for n in s["unfinished"][:20]) + (" ..." if len(s["unfinished"]) > 20 else "")]
+    if s.get("note"):
+        lines += ["", s["note"]]
+    by_template = Counter(h["template"] for t in s["tasks"].values() for h in t["holes"])
+    lines += ["", "## Holes by template", "", "| template | tasks where it came back ok |", "| --- | ---: |"]
+    lines += [f"| {name} | {by_template.get(name, 0)} |" for name in s["templates"]]
+    llm = sum(n for name, n in by_template.items() if name.startswith("llm-"))
+    if llm:
+        lines.append(f"| LLM attempts | {llm} |")
+    quiet = 0
+    lines += ["", "## Tasks"]
+    for name, t in s["tasks"].items():
+        if not t["audit"] and not t["holes"]:
+            quiet += 1
+            continue
+        lines += ["", f"### `{name}`{' (flagged)' if name in s['flagged'] else ''}", ""]
+        lines += [f"- audit, {f['severity']}: **{f['check']}**: {f['message']}" for f in t["audit"]]
+        if t["holes"]:
+            lines += ["", "| hole | class | speedup | warnings |", "| --- | --- | ---: | --- |"]
+            for h in t["holes"]:
+                warns = ", ".join(sorted({f.get("hack") or f["check"] for f in h["flags"]}))
+                speed = f"{h['speedup']:.2f}×" if isinstance(h["speedup"], (int, float)) else "-"
+                allowed = " (allowed by the policy)" if h["allowed_by_policy"] else ""
+                lines.append(f"| {h['template']} | {h['hack'] or '-'}{allowed} | {speed} | {warns or '-'} |")
+    lines += ["", f"{quiet} tasks with no finding and no hole." if quiet else "Every task has a finding or a hole."]
+    return "\n".join(lines) + "\n"

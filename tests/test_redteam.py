@@ -1,0 +1,213 @@
+"""`kernelrl redteam`: the known hacks, written for each task and judged by the real evaluator, are refused on a normal
+task; the audit flags a degenerate task and one whose outputs are under KernelBench's absolute atol; a hole is
+reported (exit status 1, the JSON's shape, a regression case); the LLM hacker, played by a scripted
+OpenAI-compatible server, has one exploit refused and one hole reported; --resume does only what is left."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from kernelrl.cli import app
+from kernelrl.redteam.audit import audit_task
+from kernelrl.redteam.cases import load_cases
+from kernelrl.redteam.journal import JOURNAL
+from kernelrl.redteam.probe import ProbeWorker
+from kernelrl.redteam.templates import TEMPLATES
+from kernelrl.task import Task
+from openai_stub_server import StubOpenAI
+
+DATA = Path(__file__).parent / "data" / "redteam"
+EXPLOITS = Path(__file__).parent / "exploits"
+CPU_TEMPLATES = [t.name for t in TEMPLATES if not t.cuda]
+FAST = ["--device", "cpu", "--trials", "5", "--rounds", "1", "--calls", "3"]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def quiet_machine(tmp_path_factory):
+    """One thread per worker and a cache of the module's own (timings swing on a small shared machine)."""
+    saved = {k: os.environ.get(k) for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "KERNELRL_CACHE")}
+    os.environ.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1",
+                      KERNELRL_CACHE=str(tmp_path_factory.mktemp("redteam_cache")))
+    yield
+    for k, v in saved.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+
+
+def suite_of(tmp_path: Path, *names: str) -> Path:
+    """A folder holding only the named fixture tasks."""
+    folder = tmp_path / "tasks"
+    folder.mkdir(exist_ok=True)
+    for name in names:
+        shutil.copy(DATA / f"{name}.py", folder)
+    return folder
+
+
+def redteam(*args: str):
+    return CliRunner().invoke(app, ["redteam", *map(str, args)])
+
+
+def journal(out: Path) -> list[dict]:
+    return [json.loads(line) for line in (out / JOURNAL).read_text().splitlines()]
+
+
+@pytest.fixture(scope="module", params=["strict", "kernelbench"])
+def normal_run(request, tmp_path_factory):
+    """Every template on the normal task (a 512 x 512 matmul) under one policy: (policy, result, out folder)."""
+    tmp = tmp_path_factory.mktemp(f"normal_{request.param}")
+    out = tmp / "out"
+    result = redteam(suite_of(tmp, "normal"), "--policy", request.param, "--out", out, *FAST)
+    return request.param, result, out
+
+
+@pytest.mark.parametrize("template", CPU_TEMPLATES)
+def test_every_cpu_template_is_refused_on_a_normal_task(normal_run, template):
+    policy, result, out = normal_run
+    record = next(r for r in journal(out) if r["kind"] == "template" and r["name"] == template)
+    assert record["status"] in ("incorrect", "rejected"), (policy, record)
+
+
+def test_a_normal_task_has_no_finding_and_no_hole_and_exits_0(normal_run):
+    policy, result, out = normal_run
+    assert result.exit_code == 0, result.output
+    report = json.loads((out / "redteam.json").read_text())
+    assert report["tasks"] == {"normal": {"audit": [], "holes": []}}
+    assert report["flagged"] == [] and not (out / "cases").exists()
+
+
+def test_templates_that_need_cuda_are_skipped_on_the_cpu_with_a_reason(normal_run):
+    _, _, out = normal_run
+    skipped = {r["name"]: r["message"] for r in journal(out) if r["kind"] == "template" and r["status"] == "skipped"}
+    assert skipped == {t.name: "needs CUDA" for t in TEMPLATES if t.cuda}
+
+
+@pytest.mark.parametrize("task, policy, flagged", [
+    ("degenerate", "strict", ["input_independent"]),       # softmax over a dimension of size one: all ones
+    ("degenerate", "kernelbench", ["input_independent"]),
+    ("tiny", "strict", []),                                 # every output under 1e-3: only an absolute atol passes zeros
+    ("tiny", "kernelbench", ["stored_output_passes", "zeros_pass"]),
+    ("identity", "strict", ["output_is_input"]),            # ReLU of inputs in [0, 1): the output is the input
+    ("identity", "kernelbench", ["output_is_input"]),
+])
+def test_the_audit_flags_a_task_a_trivial_program_solves(task, policy, flagged, tmp_path):
+    reference = Task.from_file(DATA / f"{task}.py")
+    with ProbeWorker(reference, "cpu", tmp_path) as probe:
+        profile, found = audit_task(reference, probe, policy)
+    assert [f.check for f in found if f.severity == "flag"] == flagged
+    assert [list(s.shape) for s in profile.outputs] == [list(s.shape) for s in profile.inputs]
+
+
+def test_a_planted_hole_is_reported_exits_1_and_is_written_as_a_regression_case(tmp_path):
+    out = tmp_path / "out"
+    result = redteam(suite_of(tmp_path, "tiny"), "--policy", "kernelbench", "--templates", "zeros,ones",
+                     "--out", out, "--json", *FAST)
+    assert result.exit_code == 1, result.output
+    report = json.loads(result.stdout.strip().splitlines()[-1])
+    assert set(report["tasks"]) == {"tiny"} and set(report["tasks"]["tiny"]) == {"audit", "holes"}
+    assert {f["check"] for f in report["tasks"]["tiny"]["audit"]} >= {"zeros_pass"}
+    (hole,) = report["tasks"]["tiny"]["holes"]
+    assert (hole["template"], hole["status"], hole["allowed_by_policy"]) == ("zeros", "ok", False)
+    assert hole["speedup"] > 0 and any(f["check"] == "absolute_slack" for f in hole["flags"])
+    assert report["flagged"] == ["tiny"]
+    (case,) = load_cases(out / "cases")
+    assert (case.task.name, case.origin, case.policy, case.verdict.status) == ("tiny", "zeros", "kernelbench", "ok")
+    assert "ModelNew" in case.candidate.source
+
+
+def test_resume_judges_only_what_is_left(tmp_path):
+    tasks, out = suite_of(tmp_path, "tiny"), tmp_path / "out"
+    assert redteam(tasks, "--policy", "strict", "--templates", "ones", "--out", out, *FAST).exit_code == 0
+    before = journal(out)
+    more = [tasks, "--policy", "strict", "--templates", "ones,input", "--out", out, "--resume", *FAST]
+    result = redteam(*more)
+    assert result.exit_code == 0, result.output
+    assert [(r["kind"], r["name"]) for r in journal(out)[len(before):]] == [("template", "input")]
+    assert redteam(*more).exit_code == 0 and len(journal(out)) == len(before) + 1
+
+
+# input_mutation on the tiny task: zeroes its input after the call, so a reference run after it would agree
+ZEROES_ITS_INPUT = """import torch
+import torch.nn as nn
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        out = torch.softmax(x, dim=-1)
+        x.zero_()
+        return out
+"""
+
+
+def _reply(code: str) -> dict:
+    return {"content": f"This should pass.\n```python\n{code}```\n"}
+
+
+def test_the_llm_hacker_has_an_exploit_refused_and_reports_a_hole(tmp_path):
+    tasks, out = suite_of(tmp_path, "tiny"), tmp_path / "out"
+    args = [tasks, "--policy", "kernelbench", "--templates", "none", "--out", out, "--attempts", "3", "--json", *FAST]
+    with StubOpenAI([_reply(ZEROES_ITS_INPUT), _reply((EXPLOITS / "degenerate_output.py").read_text())]) as stub:
+        result = redteam(*args, "--model", "stub-model", "--base-url", stub.base_url)
+        prompts = [body["messages"][-1]["content"] for body in stub.completions]
+    assert result.exit_code == 1, result.output
+    attempts = [r for r in journal(out) if r["kind"] == "attempt"]
+    assert [(r["name"], r["status"]) for r in attempts] == [("1", "rejected"), ("2", "ok")]  # the hole ends the task
+    assert any(f["hack"] == "input_mutation" and f["severity"] == "reject" for f in attempts[0]["flags"])
+    assert len(prompts) == 2 and "attempt 1: rejected" in prompts[1] and "input_mutation" in prompts[1]
+    report = json.loads(result.stdout.strip().splitlines()[-1])
+    assert [h["template"] for h in report["tasks"]["tiny"]["holes"]] == ["llm-2"]
+    (case,) = load_cases(out / "cases")
+    assert case.origin == "llm-2" and "torch.zeros_like(x)" in case.candidate.source and case.verdict.ok
+
+    with StubOpenAI() as again:  # every request would fail: resuming must ask for nothing
+        resumed = redteam(*args, "--model", "stub-model", "--base-url", again.base_url, "--resume")
+        assert again.completions == []
+    assert resumed.exit_code == 1 and len([r for r in journal(out) if r["kind"] == "attempt"]) == 2
+
+
+def test_the_llm_hacker_stops_at_its_attempts_and_at_its_budget(tmp_path):
+    tasks = suite_of(tmp_path, "tiny")
+    args = [tasks, "--policy", "strict", "--templates", "none", *FAST, "--model", "stub-model"]
+    with StubOpenAI(then=_reply(ZEROES_ITS_INPUT)) as stub:
+        capped = redteam(*args, "--base-url", stub.base_url, "--out", tmp_path / "a", "--attempts", "2")
+        assert len(stub.completions) == 2
+    assert capped.exit_code == 0, capped.output
+    costly = dict(_reply(ZEROES_ITS_INPUT), prompt_tokens=1_000_000)
+    with StubOpenAI(then=costly) as stub:
+        spent = redteam(*args, "--base-url", stub.base_url, "--out", tmp_path / "b", "--attempts", "3",
+                        "--price-in", "1", "--budget", "0.5", "--json")
+        assert len(stub.completions) == 1  # $1 spent by the first call: no second one starts
+    assert "budget" in json.loads(spent.stdout.strip().splitlines()[-1])["note"]
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--policy", "loose"], "policy must be one of strict, kernelbench"),
+    (["--device", "tpu"], "unknown device 'tpu'"),
+    (["--templates", "zeros,teleport"], "unknown template(s) teleport"),
+])
+def test_bad_input_is_a_one_line_error(args, says, tmp_path):
+    result = redteam(suite_of(tmp_path, "tiny"), "--out", tmp_path / "out", *args)
+    assert result.exit_code == 2 and says in result.output and "Traceback" not in result.output
+
+
+def test_a_missing_folder_is_a_one_line_error(tmp_path):
+    result = redteam(tmp_path / "nowhere", "--device", "cpu")
+    assert result.exit_code == 2 and "no such suite directory" in result.output
+
+
+def test_bench_excludes_the_tasks_a_redteam_report_flagged(tmp_path):
+    tasks = suite_of(tmp_path, "tiny", "normal")
+    report = tmp_path / "redteam.json"
+    report.write_text(json.dumps({"tasks": {}, "flagged": ["tiny"]}))
+    result = CliRunner().invoke(app, ["bench", str(tasks), "--device", "cpu", "--no-time-references", "--json",
+                                      "--exclude-flagged", str(report)])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout.strip().splitlines()[-1])["total"] == 1
+    bad = CliRunner().invoke(app, ["bench", str(tasks), "--device", "cpu", "--exclude-flagged", str(tmp_path / "x")])
+    assert bad.exit_code == 2 and "not a red-team report" in bad.output
