@@ -100,7 +100,9 @@ def test_prepare_ahead_judges_through_the_pipelined_scheduler(tmp_path, monkeypa
                                    "--prepare-ahead", "1"])
     assert r.exit_code == 0, r.output
     assert json.loads((out / "candidates.jsonl").read_text().splitlines()[0])["status"] == "ok"
-    assert submitted == [2]  # one job, through a scheduler of two lanes: one judged, one prepared ahead
+    # one job, through a pipelined scheduler whose loop keeps as many jobs going as the device may have ahead: at
+    # least one being prepared, one prepared and waiting (lookahead 1) and one being judged
+    assert len(submitted) == 1 and submitted[0] >= 3
 
 
 def test_a_negative_prepare_ahead_is_a_one_line_error(tmp_path):

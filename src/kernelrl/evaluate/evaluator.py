@@ -233,7 +233,9 @@ class Evaluator(CandidateWorkers, ReferencePool, Trials, TimedRounds, Integrity)
         graphs = self._graphs(task, ref, cand, left, flags, first, self._round_for(ref_t.median_us)) if replayed \
             else {}
         ph.mark("graphs")
-        if not graphs and not self._precise_enough(len(rounds["ratios"]), rounds["ratios"]):
+        taken = len(rounds["ratios"])
+        if not graphs and taken < max(cfg.timing_rounds, cfg.max_timing_rounds) \
+                and not self._precise_enough(taken, rounds["ratios"]):
             ref_t, cand_t, comp_t, stderr = self._timing(task, ref, cand, left, flags, first, rounds=rounds)
             ph.mark("timing")
         report = self._report(cand, left, flags, reported)
