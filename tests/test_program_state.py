@@ -80,8 +80,34 @@ def test_a_candidate_finishing_its_work_in_a_thread_is_refused_as_background_thr
     t = Task.from_file(EXPLOITS / "tasks" / "matmul.py")
     v = ev.evaluate(t, Candidate.from_file(EXPLOITS / "background_thread.py"))
     assert v.status == "rejected", (v.status, v.message)
-    assert any(f.hack == "background_thread" and f.severity == "reject" and "still running" in f.message
+    # Named by the CPU time its thread spends after each call returned, whichever thread wins the race to the outputs.
+    assert any(f.check == "thread_work" and f.hack == "background_thread" and f.severity == "reject"
                for f in v.flags), v.flags
+
+
+def test_thread_work_counts_cpu_spent_after_a_mark_and_not_an_idle_pool():
+    import threading
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+    from kernelrl.evaluate import tamper
+
+    work = tamper.ThreadWork()
+    pool = ThreadPoolExecutor(max_workers=2)
+    pool.submit(time.sleep, 0).result()  # the pool's threads exist and are idle
+    assert work.settle(work.cpu_ns()) < 100_000
+    go = threading.Event()
+
+    def spin():
+        go.wait()
+        end = time.thread_time() + 0.02
+        while time.thread_time() < end:
+            pass
+
+    threading.Thread(target=spin, daemon=True).start()
+    mark = work.cpu_ns()
+    go.set()
+    assert work.settle(mark) >= 15_000_000  # 20 ms of CPU, counted after the mark until the thread is quiet
+    pool.shutdown()
 
 
 def test_rewriting_the_reference_class_in_the_candidates_process_is_refused_naming_what_changed(ev):

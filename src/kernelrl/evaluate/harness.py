@@ -76,6 +76,7 @@ class Harness:
         self._returned = Returned()  # storages of the last outputs (facts: a buffer handed back again)
         self._prints = {}  # output index -> float64 sum of its values when last returned (`_facts`)
         self.threads0 = tamper.python_threads()
+        self.work = None  # set when a candidate loads (`tamper.ThreadWork`)
         self.decoy = None
         # A candidate worker may start before its task is known (a spare): the task then comes with `load`.
         if "task_source" in init:
@@ -241,6 +242,7 @@ class Harness:
         self.decoy = tamper.decoy_snapshot(self.task)  # the task module here is a decoy: the reference runs elsewhere
         self.audit = tamper.AuditLog(os.path.realpath(path), writable)
         self.threads0 = tamper.python_threads()
+        self.work = tamper.ThreadWork()  # CPU time of the threads the candidate starts (`op_time`: work behind)
         self.children0 = tamper.child_processes()
         if self.cuda:
             self._l2.reset_persisting_l2()
@@ -456,6 +458,8 @@ class Harness:
             gen = torch.Generator().manual_seed(op["sample_seed"])
             threads_before = tamper.python_threads()
             state, changed = self._state(), set()
+            work = self.work if self.role == "candidate" else None
+            behind, behind_call = 0, 0.0  # the most CPU its threads spent after a call returned, and that call's time
             for i in range(op["calls"]):
                 xs = self.fresh(base, op["perm_seed"] + i)
                 if self.cuda:
@@ -470,6 +474,7 @@ class Harness:
                     start.record()
                     out = model(*xs)
                     end.record()
+                    at = work.cpu_ns() if work else 0
                     end.synchronize()
                     q0 = self._perf()
                     self._sync()  # device-wide: work hidden on other streams shows up here
@@ -481,6 +486,7 @@ class Harness:
                     w0 = self._perf()
                     out = model(*xs)
                     w1 = self._perf()
+                    at = work.cpu_ns() if work else 0
                     times.append((w1 - w0) * 1e6)
                     walls.append((w1 - w0) * 1e6)
                 outs, problem = self._outputs(out)
@@ -488,12 +494,17 @@ class Harness:
                     return {"type": "timed", "problem": f"timed call {i}: {problem}"}, None
                 self._sample(samples, i, outs, gen)
                 del out, outs, xs
+                if work:  # outputs are sampled first: work finishing behind the caller's back shows there too
+                    spent = work.settle(at)
+                    if spent > behind:
+                        behind, behind_call = spent, times[-1]
                 now = self._state()
                 changed |= progstate.changes(state, now)
                 state = now
         return {"type": "timed", "times_us": times, "wall_us": walls, "quiesce_us": quiet,
                 "threads_grew": tamper.python_threads() - threads_before,
                 "threads_running": tamper.python_threads() - self.threads0 if self.role == "candidate" else 0,
+                "behind_us": behind / 1e3, "behind_call_us": behind_call,
                 "state_changed": sorted(changed)[:20]}, samples
 
     def _persisting_l2(self, when: str) -> list:

@@ -9,6 +9,13 @@ from __future__ import annotations
 import os
 import sys
 import threading
+import time
+
+# Bound before any candidate loads: a program that patches these later cannot change what the harness reads.
+_enumerate = threading.enumerate
+_sleep = time.sleep
+_cpu_ns = time.clock_gettime_ns
+_cpu_clock = getattr(time, "pthread_getcpuclockid", None)  # Unix only
 
 # Patching any of these changes what a timer or checker reports.
 _TIMER_NAMES = {"perf_counter", "perf_counter_ns", "time", "time_ns", "monotonic", "monotonic_ns",
@@ -193,6 +200,61 @@ class AuditLog:
             frame = frame.f_back
             depth += 1
         return False
+
+
+class ThreadWork:
+    """CPU time spent by the Python threads started after this was made (the candidate's, when made just before it
+    loads). Read right after a call returns and again once those threads are quiet, it measures the work a program
+    went on doing behind its caller's back. CPU time, not wall time: a loaded machine does not inflate it."""
+
+    QUIET_NS = 20_000  # less CPU than this over one settle interval: the threads are idle (an idle pool's bookkeeping)
+
+    def __init__(self):
+        self._base = {t.ident for t in _enumerate()}
+        self._seen: dict[int, int] = {}  # ident -> the most CPU time read (a thread that ended keeps its last reading)
+
+    def cpu_ns(self) -> int:
+        """Total CPU time of the threads started since, those that ended included."""
+        if _cpu_clock is None:
+            return 0
+        for t in _enumerate():
+            if t.ident in self._base or t.ident is None:
+                continue
+            try:
+                self._seen[t.ident] = max(self._seen.get(t.ident, 0), _cpu_ns(_cpu_clock(t.ident)))
+            except (OSError, OverflowError, ValueError):
+                pass  # it ended between the listing and the read
+        return sum(self._seen.values())
+
+    def any(self) -> bool:
+        return any(t.ident not in self._base for t in _enumerate())
+
+    def runnable(self) -> bool:
+        """Whether any of the threads is running or waiting for a core (Linux: state R in /proc), so that a thread
+        the scheduler put aside for a moment is not taken for a quiet one."""
+        for t in _enumerate():
+            if t.ident in self._base or not getattr(t, "native_id", None):
+                continue
+            try:
+                with open(f"/proc/self/task/{t.native_id}/stat", "rb") as f:
+                    if f.read().rsplit(b")", 1)[1].split()[0] == b"R":
+                        return True
+            except (OSError, IndexError):
+                continue
+        return False
+
+    def settle(self, since_ns: int, interval_s: float = 0.0005, limit_s: float = 5.0) -> int:
+        """Wait until the threads are quiet (or `limit_s`); return the CPU time they spent since `since_ns`."""
+        if not self._seen and not self.any():
+            return 0
+        prev, waited = since_ns, 0.0
+        while True:
+            _sleep(interval_s)
+            waited += interval_s
+            now = self.cpu_ns()
+            if (now - prev < self.QUIET_NS and not self.runnable()) or waited >= limit_s:
+                return max(0, now - since_ns)
+            prev = now
 
 
 def python_threads() -> int:

@@ -102,6 +102,11 @@ class TimedRounds:
                 flags.append(Flag("state", f"round {r + 1}: the program changed {', '.join(ch['state_changed'][:6])} "
                                            "during timed calls: state carried between calls can replay results",
                                   hack="result_replay"))
+            if self._behind(ch) and not any(f.check == "thread_work" for f in flags):
+                flags.append(Flag("thread_work", f"round {r + 1}: threads the candidate started were still running "
+                                                 f"after its call returned: {ch['behind_us']:.0f} us of CPU work "
+                                                 f"behind the caller's back, beside a call timed at "
+                                                 f"{ch['behind_call_us']:.0f} us", hack="background_thread"))
             if ch.get("threads_grew", 0) > 0:
                 flags.append(Flag("threads", f"round {r + 1}: {ch['threads_grew']} new Python thread(s) "
                                              "while being timed", hack="background_thread"))
@@ -182,6 +187,15 @@ class TimedRounds:
         return {"reference_graph": rg, "candidate_graph": cg, "graph_speedup": _ratio(rg, cg),
                 "graph_stderr": _relative_stderr(ratios),
                 "reference_compiled_graph": Timing.from_samples(comp_s, "cuda_graph") if comp_s else None}
+
+    BEHIND_FLOOR_US = 100.0  # an idle thread pool's bookkeeping after a call is a few tens of us of CPU
+
+    @classmethod
+    def _behind(cls, header: dict) -> bool:
+        """Whether the candidate's threads went on working after a timed call returned: more CPU time than the
+        floor and than half the call itself. A program whose outputs are complete when its call returns has no
+        work left to do; one that finishes them behind its caller's back is timed for the part it let be seen."""
+        return header.get("behind_us", 0.0) > max(cls.BEHIND_FLOOR_US, 0.5 * header.get("behind_call_us", 0.0))
 
     def _check_samples(self, task, rt, ct, first) -> str:
         """'' when every sampled output element of every timed call matches the reference's."""
