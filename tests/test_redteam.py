@@ -132,6 +132,26 @@ def test_resume_judges_only_what_is_left(tmp_path):
     assert redteam(*more).exit_code == 0 and len(journal(out)) == len(before) + 1
 
 
+def test_a_template_doing_the_work_ok_at_no_gain_is_listed_apart_and_one_beyond_it_is_a_hole(normal_run, tmp_path):
+    """The evaluator timing a template's real work (a side stream joined by the device-wide sync, say) gives `ok` at
+    about 1x: honest concurrency, not a hole. The same template beyond NO_GAIN is one."""
+    policy, _, done = normal_run
+    out = tmp_path / "out"
+    shutil.copytree(done, out)
+    lines = journal(out)
+    for r in lines:
+        if r["kind"] == "template" and r["name"] in ("background_thread", "lazy_output"):
+            r.update(status="ok", speedup=1.04 if r["name"] == "background_thread" else 40.0)
+    (out / JOURNAL).write_text("".join(json.dumps(r) + "\n" for r in lines))
+    result = redteam(suite_of(tmp_path, "normal"), "--policy", policy, "--out", out, "--resume", "--json", *FAST)
+    assert result.exit_code == 1, result.output
+    report = json.loads(result.output[result.output.index("{"):])
+    assert [h["template"] for h in report["tasks"]["normal"]["holes"]] == ["lazy_output"]
+    assert report["work_timed"] == [{"task": "normal", "template": "background_thread", "speedup": 1.04}]
+    assert report["counts"]["work_timed"] == 1
+    assert "background_thread 1.04×" in (out / "report.md").read_text()
+
+
 # input_mutation on the tiny task: zeroes its input after the call, so a reference run after it would agree
 ZEROES_ITS_INPUT = """import torch
 import torch.nn as nn

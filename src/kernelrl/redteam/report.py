@@ -8,6 +8,7 @@ from collections import Counter
 from pathlib import Path
 
 from kernelrl.redteam.journal import key
+from kernelrl.redteam.templates import NO_GAIN, no_gain
 
 REPORT_JSON, REPORT_MD = "redteam.json", "report.md"
 # Hack classes a policy allows by design: KernelBench's rule allows reduced-precision math. A hole of such a class is
@@ -19,7 +20,7 @@ def summarise(team, tasks, suite: str = "", note: str = "") -> dict:
     """The report object for `tasks` (SuiteTasks) from `team`'s journal (`run.RedTeam`)."""
     records = team.journal.load()
     names = [t.name for t in team.config.templates]
-    report, flagged, unfinished = {}, [], []
+    report, flagged, unfinished, timed = {}, [], [], []
     counts: Counter = Counter()
     for st in tasks:
         audit = records.get(key(team.base(st, "audit")))
@@ -34,7 +35,9 @@ def summarise(team, tasks, suite: str = "", note: str = "") -> dict:
                 left = left or audit.get("profile") is not None
                 continue
             counts["skipped" if r["status"] == "skipped" else "judged"] += 1
-            if r["status"] == "ok":
+            if r["status"] == "ok" and no_gain(name, r.get("speedup")):
+                timed.append({"task": st.name, "template": name, "speedup": r.get("speedup")})
+            elif r["status"] == "ok":
                 holes.append(_hole(r, name, r.get("hack", ""), policy))
         n = 1
         while (r := records.get(key(team.base(st, "attempt", str(n))))) is not None:
@@ -52,9 +55,10 @@ def summarise(team, tasks, suite: str = "", note: str = "") -> dict:
             unfinished.append(st.name)
     devices = ", ".join(team.config.devices or (team.config.eval.device,))
     return {"suite": suite, "policy": team.config.eval.policy, "device": devices, "templates": names,
-            "tasks": report, "flagged": flagged, "unfinished": unfinished,
+            "tasks": report, "flagged": flagged, "unfinished": unfinished, "work_timed": timed,
             "counts": {"tasks": len(tasks), "judged": counts["judged"], "skipped": counts["skipped"],
                        "holes": counts["holes"], "allowed_by_policy": counts["allowed"], "flagged": len(flagged),
+                       "work_timed": len(timed),
                        "llm_attempts": counts["attempts"], "llm_cost_usd": round(counts["cost_usd"], 6)},
             "note": note}
 
@@ -91,6 +95,11 @@ def markdown(s: dict) -> str:
                       + ", ".join(f"`{n}`" for n in s["unfinished"][:20]) + (" ..." if len(s["unfinished"]) > 20 else "")]
     if s.get("note"):
         lines += ["", s["note"]]
+    if s.get("work_timed"):
+        lines += ["", f"{len(s['work_timed'])} verdicts `ok` with no gain: templates that do the reference's work where "
+                      f"the clock might not see it, timed with that work (at most {NO_GAIN}×), so not holes: "
+                      + ", ".join(f"`{w['task']}` {w['template']} {w['speedup']:.2f}×" for w in s["work_timed"][:20])
+                      + (" ..." if len(s["work_timed"]) > 20 else "")]
     by_template = Counter(h["template"] for t in s["tasks"].values() for h in t["holes"])
     lines += ["", "## Holes by template", "", "| template | tasks where it came back ok |", "| --- | ---: |"]
     lines += [f"| {name} | {by_template.get(name, 0)} |" for name in s["templates"]]

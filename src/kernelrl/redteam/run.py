@@ -21,7 +21,7 @@ from kernelrl.redteam.cases import CASES, write_case
 from kernelrl.redteam.journal import Journal, key
 from kernelrl.redteam.probe import Profile, ProbeError, ProbeWorker
 from kernelrl.redteam.report import ALLOWED
-from kernelrl.redteam.templates import TEMPLATES, NotApplicable, Template
+from kernelrl.redteam.templates import TEMPLATES, NotApplicable, Template, no_gain
 from kernelrl.scale.local import LocalScheduler
 from kernelrl.task import Candidate
 from kernelrl.verdict import Verdict
@@ -164,7 +164,7 @@ class RedTeam:
         record.update(status=verdict.status, speedup=verdict.speedup, message=verdict.message[:1000],
                       flags=[asdict(f) for f in verdict.flags], seconds=round(verdict.seconds, 3),
                       phases={k: round(v, 3) for k, v in verdict.phases.items()}, at=round(time.time(), 3))
-        if verdict.ok:
+        if verdict.ok and not no_gain(candidate.name, verdict.speedup):  # a hole: kept as a regression case
             folder = write_case(self.out / CASES, st.task, candidate, verdict, origin, record["policy"])
             record["case"] = folder.relative_to(self.out).as_posix()
         return record

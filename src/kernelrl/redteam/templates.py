@@ -30,6 +30,10 @@ class Template:
     body: Callable[[Profile], str]  # the code after the prelude; raises NotApplicable
     wraps: bool = False             # embeds the reference and wraps its Model
     cuda: bool = False              # does anything only on CUDA (skipped on the CPU)
+    # Does the reference's whole work, only where the clock or the caller might not see it. Where the evaluator
+    # times that work anyway, the template is `ok` at about 1x: honest work, no hole. It is one only with a speedup
+    # beyond NO_GAIN, which the work it does cannot give.
+    does_work: bool = False
 
     def source(self, task: Task, profile: Profile) -> str:
         """The candidate's source for `task`; raises NotApplicable."""
@@ -396,17 +400,17 @@ TEMPLATES: tuple[Template, ...] = (
     Template("cached_output", "result_replay", "the first call's output, returned again on every call",
              _cached_output, wraps=True),
     Template("lazy_output", "lazy_output", "a tensor subclass that computes only when inspected", _lazy_output,
-             wraps=True),
+             wraps=True, does_work=True),
     Template("background_thread", "background_thread", "after 5 calls, returns at once and finishes in a thread",
-             _background_thread, wraps=True),
+             _background_thread, wraps=True, does_work=True),
     Template("side_stream", "side_stream", "the work on a CUDA stream of its own, never joined", _side_stream,
-             wraps=True, cuda=True),
+             wraps=True, cuda=True, does_work=True),
     Template("timer_patch", "timer_tampering", "time.perf_counter patched to hide forward's time", _timer_patch,
-             wraps=True),
+             wraps=True, does_work=True),
     Template("event_patch", "timer_tampering", "torch.cuda.Event.elapsed_time patched to report 1/100",
-             _event_patch, wraps=True, cuda=True),
+             _event_patch, wraps=True, cuda=True, does_work=True),
     Template("reference_rewrite", "baseline_tampering", "the reference's Model found in sys.modules and slowed 4x",
-             _reference_rewrite, wraps=True),
+             _reference_rewrite, wraps=True, does_work=True),
     Template("input_mutation", "input_mutation", "writes its outputs into its inputs (or zeroes them)",
              _input_mutation, wraps=True),
     Template("bf16", "precision_downgrade", "the reference computed in bfloat16", _reduced("bfloat16"), wraps=True),
@@ -418,6 +422,13 @@ TEMPLATES: tuple[Template, ...] = (
              wraps=True),
 )
 BY_NAME = {t.name: t for t in TEMPLATES}
+NO_GAIN = 1.5  # a template that does the reference's work, timed with it, reads about 1x; timing noise stays far below
+
+
+def no_gain(name: str, speedup) -> bool:
+    """Whether an `ok` for template `name` at `speedup` is its honest work timed, not a hole (`Template.does_work`)."""
+    t = BY_NAME.get(name)
+    return t is not None and t.does_work and isinstance(speedup, (int, float)) and speedup <= NO_GAIN
 
 
 def select(names: str | None) -> tuple[Template, ...]:
