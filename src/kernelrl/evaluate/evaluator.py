@@ -234,7 +234,7 @@ class Evaluator(CandidateWorkers, ReferencePool, Trials, TimedRounds, Integrity)
             else {}
         ph.mark("graphs")
         taken = len(rounds["ratios"])
-        if not graphs and taken < max(cfg.timing_rounds, cfg.max_timing_rounds) \
+        if not graphs and taken < self._round_limit() \
                 and not self._precise_enough(taken, rounds["ratios"]):
             ref_t, cand_t, comp_t, stderr = self._timing(task, ref, cand, left, flags, first, rounds=rounds)
             ph.mark("timing")

@@ -213,39 +213,36 @@ class ThreadWork:
         self._base = {t.ident for t in _enumerate()}
         self._seen: dict[int, int] = {}  # ident -> the most CPU time read (a thread that ended keeps its last reading)
 
+    def _started(self):
+        """The threads started since this was made that are alive now."""
+        return [t for t in _enumerate() if t.ident is not None and t.ident not in self._base]
+
     def cpu_ns(self) -> int:
         """Total CPU time of the threads started since, those that ended included."""
         if _cpu_clock is None:
             return 0
-        for t in _enumerate():
-            if t.ident in self._base or t.ident is None:
-                continue
+        for t in self._started():
             try:
                 self._seen[t.ident] = max(self._seen.get(t.ident, 0), _cpu_ns(_cpu_clock(t.ident)))
             except (OSError, OverflowError, ValueError):
                 pass  # it ended between the listing and the read
         return sum(self._seen.values())
 
-    def any(self) -> bool:
-        return any(t.ident not in self._base for t in _enumerate())
-
     def runnable(self) -> bool:
         """Whether any of the threads is running or waiting for a core (Linux: state R in /proc), so that a thread
         the scheduler put aside for a moment is not taken for a quiet one."""
-        for t in _enumerate():
-            if t.ident in self._base or not getattr(t, "native_id", None):
-                continue
+        for t in self._started():
             try:
                 with open(f"/proc/self/task/{t.native_id}/stat", "rb") as f:
                     if f.read().rsplit(b")", 1)[1].split()[0] == b"R":
                         return True
-            except (OSError, IndexError):
+            except (OSError, IndexError, TypeError):
                 continue
         return False
 
     def settle(self, since_ns: int, interval_s: float = 0.0005, limit_s: float = 5.0) -> int:
         """Wait until the threads are quiet (or `limit_s`); return the CPU time they spent since `since_ns`."""
-        if not self._seen and not self.any():
+        if not self._seen and not self._started():
             return 0
         prev, waited = since_ns, 0.0
         while True:

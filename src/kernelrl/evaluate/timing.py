@@ -61,7 +61,7 @@ class TimedRounds:
                                                                                "comp_s", "quiet", "ratios"))
         seed = acc.setdefault("seed", secrets.randbits(62))  # one base input set; each timed call draws fresh inputs
         shape = acc.setdefault("shape", {})  # set by the first round's reference times (`_round_for`)
-        for r in range(len(ratios), max(cfg.timing_rounds, cfg.max_timing_rounds)):
+        for r in range(len(ratios), self._round_limit()):
             if self._precise_enough(r, ratios, precision):
                 break
             op = self._time_op(seed, **shape)
@@ -128,6 +128,10 @@ class TimedRounds:
                                                  "was launched on another stream", hack="side_stream"))
         return (Timing.from_samples(ref_s, self._method(), ref_w), cand_t,
                 Timing.from_samples(comp_s, self._method()) if comp_s else None, _relative_stderr(ratios))
+
+    def _round_limit(self) -> int:
+        """How many timing rounds a job may take in all (`_timing` resumes its rounds up to this)."""
+        return max(self.config.timing_rounds, self.config.max_timing_rounds)
 
     def _precise_enough(self, rounds: int, ratios: list[float], precision: float | None = None) -> bool:
         """Whether `rounds` rounds with per-round speedups `ratios` suffice: the minimum is done and the speedup

@@ -422,7 +422,9 @@ TEMPLATES: tuple[Template, ...] = (
              wraps=True),
 )
 BY_NAME = {t.name: t for t in TEMPLATES}
-NO_GAIN = 1.5  # a template that does the reference's work, timed with it, reads about 1x; timing noise stays far below
+# A template that does the reference's work, timed with it, reads about 1x: the 250 KernelBench references judged
+# against themselves read 0.989-1.014 (benchmarks/results/identity_state_h200), far below this.
+NO_GAIN = 1.5
 
 
 def no_gain(name: str, speedup) -> bool:
