@@ -301,3 +301,40 @@ def test_a_time_limit_leaves_tasks_for_a_resumed_run(tmp_path):
 def test_bad_bench_options_are_one_line_errors(tmp_path, args, needle):
     res = _bench(str(DATA / "suite"), *args)
     assert res.exit_code == 2 and needle in res.output, res.output
+
+
+def test_a_run_stopped_by_sigterm_records_what_it_judged_and_can_be_resumed(tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    suite, cands = tmp_path / "suite" / "level1", tmp_path / "cands" / "level1"
+    suite.mkdir(parents=True)
+    cands.mkdir(parents=True)
+    for i in range(1, 9):
+        shutil.copy(DATA / "suite" / "level1" / "softsign.py", suite / f"{i}_Softsign.py")
+        (cands / f"{i}_Softsign.py").write_text(SOFTSIGN_CAND)
+    out = tmp_path / "out"
+    args = [sys.executable, "-m", "kernelrl.cli", "bench", str(tmp_path / "suite"), "--candidates",
+            str(tmp_path / "cands"), "--out", str(out), "--no-time-references", "--cache-dir", str(tmp_path / "cache")]
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env=dict(os.environ, COLUMNS="200"))
+    log = out / "results.jsonl"
+    deadline = time.monotonic() + 240
+    while not (log.exists() and log.read_text().count("\n") >= 1) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert proc.poll() is None, proc.communicate()[0]  # still running: eight tasks take longer than one
+    proc.send_signal(signal.SIGTERM)
+    text = proc.communicate(timeout=120)[0]
+    assert proc.returncode == 130, text
+    assert "interrupted" in text
+    [line] = [json.loads(x) for x in (out / "runs.jsonl").read_text().splitlines()]
+    judged = log.read_text().count("\n")
+    assert line["interrupted"] is True and 1 <= line["judged"] == judged < 8 and line["wall_s"] > 0
+    again = _bench(str(tmp_path / "suite"), "--candidates", str(tmp_path / "cands"), "--out", str(out),
+                   "--no-time-references", "--cache-dir", str(tmp_path / "cache"), "--resume")
+    assert again.exit_code == 0, again.output
+    assert f"resuming: {judged} of 8 tasks already finished" in again.output
+    assert len((out / "runs.jsonl").read_text().splitlines()) == 2 and log.read_text().count("\n") == 8

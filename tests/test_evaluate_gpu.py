@@ -181,10 +181,11 @@ def test_a_reference_that_carries_state_is_ok_against_itself_job_after_job_on_th
 @pytest.mark.parametrize("name, eager_rounds", [("softmax_cuda", 2), ("softmax_synchronizes", 6)])
 def test_eager_latency_is_measured_to_its_own_precision_where_graph_replay_gives_the_speedup(
         tmp_path, task, name, eager_rounds):
-    # the speedup's precision is never reached (every round taken), the latency's at once (the minimum): eager
-    # rounds stop at the minimum where graphs are replayed, and go on to every round where they cannot be
-    cfg = EvalConfig(device="cuda", timing_rounds=2, max_timing_rounds=6, timing_precision=1e-12,
-                     latency_precision=10.0, calls_per_round=10, timeout_s=300, cache_dir=str(tmp_path))
+    # the speedup's precision is never reached (every round taken), the latency's at once: eager rounds stop at
+    # latency_rounds where graphs are replayed, and go on to every round where they cannot be
+    cfg = EvalConfig(device="cuda", timing_rounds=4, latency_rounds=2, max_timing_rounds=6, timing_precision=1e-12,
+                     latency_precision=10.0, calls_per_round=10, round_us=1.0, min_calls_per_round=10,
+                     timeout_s=300, cache_dir=str(tmp_path))
     with Evaluator(cfg) as e:
         v = judge(e, task, name)
     assert v.status == "ok", v.message

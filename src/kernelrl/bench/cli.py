@@ -2,8 +2,11 @@
 from __future__ import annotations
 
 import json
+import signal
 import sys
+import threading
 import time
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import List, Optional
@@ -117,7 +120,10 @@ def bench_command(
                   transient=False) as progress:
         bar = progress.add_task("", total=len(todo), load="")
 
+        finished = []  # this run's results so far: what an interrupted run records
+
         def advance(r: TaskResult):
+            finished.append(r)
             if log is not None:
                 log.append(keys[r.id], r)
             progress.update(bar, advance=1, description=f"{r.id}: {r.status}{_speed(r.speedup)}")
@@ -130,14 +136,18 @@ def bench_command(
             progress.update(bar, load=scheduler_line(s))
 
         t0, started = time.monotonic(), time.strftime("%Y-%m-%dT%H:%M:%S")
-        try:
-            fresh_results = run_suite(replace(suite, tasks=tuple(todo)), config, cache, on_result=advance,
-                                      deadline=deadline, on_stats=stats)
+        interrupted = False
+        try:  # a run stopped by SIGTERM (as `timeout` stops it) or Ctrl-C still records what it judged
+            with _terminate_as_interrupt():
+                fresh_results = run_suite(replace(suite, tasks=tuple(todo)), config, cache, on_result=advance,
+                                          deadline=deadline, on_stats=stats)
         except (EvaluationError, RayUnavailable) as e:
             _fail(str(e))
+        except KeyboardInterrupt:
+            fresh_results, interrupted = list(finished), True
     if out is not None and fresh_results:
-        append_run(out, run_record(started, time.monotonic() - t0, fresh_results,
-                                   seen[0].device_busy if seen else {}))
+        record = run_record(started, time.monotonic() - t0, fresh_results, seen[0].device_busy if seen else {})
+        append_run(out, dict(record, interrupted=True) if interrupted else record)
     if len(fresh_results) < len(todo):
         err.print(f"[yellow]time limit:[/] {len(todo) - len(fresh_results)} tasks not started; run again with "
                   "--resume to finish them", highlight=False)
@@ -155,6 +165,27 @@ def bench_command(
         err.print(f"wrote {', '.join(str(p) for p in paths.values())}", highlight=False)
     if json_out:
         sys.stdout.write(json.dumps(summary) + "\n")
+    if interrupted:
+        err.print(f"[yellow]interrupted:[/] {len(fresh_results)} tasks judged and recorded; run again with --resume "
+                  "to finish the rest", highlight=False)
+        raise typer.Exit(130)
+
+
+@contextmanager
+def _terminate_as_interrupt():
+    """SIGTERM raises KeyboardInterrupt in the main thread while the block runs (the previous handler after)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum, frame):
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    before = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, before)
 
 
 def print_summary(summary: dict, console: Console) -> None:

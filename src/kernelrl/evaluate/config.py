@@ -26,7 +26,8 @@ class EvalConfig:
     timing_rounds: int = 5               # reference/candidate alternations (drift cancels in the ratio)
     max_timing_rounds: int = 15          # more rounds while the speedup is less precise than below
     timing_precision: float = 0.004      # target relative standard error of the speedup (per-round ratios)
-    latency_precision: float = 0.02      # ...of the eager latency speedup where graph replay gives the speedup
+    latency_precision: float = 0.02      # ...of the eager latency speedup where graph replay gives the speedup,
+    latency_rounds: int = 3              # ...after at least this many rounds (at most timing_rounds)
     calls_per_round: int = 20            # timed calls per program per round
     round_us: float = 20000.0            # ...fewer once a call is known to be long: enough for this much timed
     min_calls_per_round: int = 5         # time per program and round, never fewer than this many calls

@@ -23,7 +23,7 @@ from kernelrl.evaluate.placement import build_cpus, worker_cpus
 from kernelrl.evaluate.candidates import HARNESS, CandidateWorkers
 from kernelrl.evaluate.refpool import ReferencePool
 from kernelrl.evaluate.trials import Trials
-from kernelrl.evaluate.timing import TimedRounds, _ratio, drop_fresh
+from kernelrl.evaluate.timing import TimedRounds, _ratio, close_fresh, drop_fresh
 from kernelrl.evaluate.integrity import Integrity, _static_flags, _under_policy
 
 __all__ = ["HARNESS", "EvaluationError", "Evaluator", "Prepared", "check_device"]
@@ -221,14 +221,16 @@ class Evaluator(CandidateWorkers, ReferencePool, Trials, TimedRounds, Integrity)
         # -- timing: reference and candidate alternate; every timed call has fresh inputs, outputs checked
         if cfg.compare_compile:
             self._compile_reference(ref, task)
-        # Where graph replay will give the speedup, eager latency is measured to `latency_precision` only, and to
-        # `timing_precision` after all if the programs cannot be replayed (the rounds go on where they stopped).
+        # Where graph replay will give the speedup, eager latency is measured to `latency_precision` only, after
+        # `latency_rounds`, and to `timing_precision` after all if the programs cannot be replayed (the rounds go on
+        # where they stopped).
         replayed = cfg.use_graphs and self.device.type == "cuda"
+        latency_only = replayed and cfg.timing_basis == "device"
         rounds = {}
         ref_t, cand_t, comp_t, stderr = self._timing(
             task, ref, cand, left, flags, first, rounds=rounds,
-            precision=max(cfg.latency_precision, cfg.timing_precision) if replayed and cfg.timing_basis == "device"
-            else None)
+            precision=max(cfg.latency_precision, cfg.timing_precision) if latency_only else None,
+            least=min(cfg.latency_rounds, cfg.timing_rounds) if latency_only else None)
         ph.mark("timing")
         graphs = self._graphs(task, ref, cand, left, flags, first, self._round_for(ref_t.median_us)) if replayed \
             else {}
@@ -236,7 +238,15 @@ class Evaluator(CandidateWorkers, ReferencePool, Trials, TimedRounds, Integrity)
         taken = len(rounds["ratios"])
         if not graphs and taken < self._round_limit() \
                 and not self._precise_enough(taken, rounds["ratios"]):
-            ref_t, cand_t, comp_t, stderr = self._timing(task, ref, cand, left, flags, first, rounds=rounds)
+            # A capture the device invalidated (a synchronisation inside it, say) can leave the candidate's process
+            # computing wrong results afterwards: its rounds go on in a fresh worker.
+            again = self._fresh_worker(task, candidate, state) if p.uncaptured == "candidate" else None
+            try:
+                ref_t, cand_t, comp_t, stderr = self._timing(task, ref, again[0] if again else cand, left, flags,
+                                                             first, rounds=rounds)
+            finally:
+                if again:
+                    close_fresh(*again)
             ph.mark("timing")
         report = self._report(cand, left, flags, reported)
         latency = _ratio(ref_t, cand_t)

@@ -59,3 +59,4 @@ class Prepared:
     released: bool = False                      # reference worker unpinned
     fresh: object | None = None                 # Future of a fresh loaded worker for the re-measurement
     foreseen: bool = False                      # such a worker was started ahead (at most once a job)
+    uncaptured: str = ""                        # whose CUDA-graph capture failed: "reference" or "candidate"

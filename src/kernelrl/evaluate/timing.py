@@ -46,9 +46,10 @@ class TimedRounds:
         return h, t
 
     def _timing(self, task, ref, cand, left, flags, first, compiled: bool | None = None,
-                precision: float | None = None, rounds: dict | None = None):
-        """Eager per-call timing of both programs in alternating, adaptive rounds, until the speedup's relative
-        standard error is under `precision` (default: the config's `timing_precision`). `rounds`, when given,
+                precision: float | None = None, rounds: dict | None = None, least: int | None = None):
+        """Eager per-call timing of both programs in alternating, adaptive rounds, at least `least` (default: the
+        config's `timing_rounds`), until the speedup's relative standard error is under `precision` (default: the
+        config's `timing_precision`). `rounds`, when given,
         holds the rounds measured so far and is filled in place: a later call with it goes on where this one
         stopped (more rounds to a finer precision). Returns (reference, candidate, compiled reference timings,
         the speedup's relative standard error)."""
@@ -60,9 +61,10 @@ class TimedRounds:
         ref_s, ref_w, cand_s, cand_w, comp_s, quiet, ratios = (acc[k] for k in ("ref_s", "ref_w", "cand_s", "cand_w",
                                                                                "comp_s", "quiet", "ratios"))
         seed = acc.setdefault("seed", secrets.randbits(62))  # one base input set; each timed call draws fresh inputs
-        shape = acc.setdefault("shape", {})  # set by the first round's reference times (`_round_for`)
+        # calls and warm-up of a round (`_round_for`): from the reference's trials, then its first round's times
+        shape = acc.setdefault("shape", self._round_for(first["ref_call_us"]) if first.get("ref_call_us") else {})
         for r in range(len(ratios), self._round_limit()):
-            if self._precise_enough(r, ratios, precision):
+            if self._precise_enough(r, ratios, precision, least):
                 break
             op = self._time_op(seed, **shape)
             order = ("ref", "cand") if r % 2 == 0 else ("cand", "ref")
@@ -133,12 +135,15 @@ class TimedRounds:
         """How many timing rounds a job may take in all (`_timing` resumes its rounds up to this)."""
         return max(self.config.timing_rounds, self.config.max_timing_rounds)
 
-    def _precise_enough(self, rounds: int, ratios: list[float], precision: float | None = None) -> bool:
-        """Whether `rounds` rounds with per-round speedups `ratios` suffice: the minimum is done and the speedup
-        is as precise as asked (`precision`, default the config's `timing_precision`; 0 asks for fixed rounds)."""
+    def _precise_enough(self, rounds: int, ratios: list[float], precision: float | None = None,
+                        least: int | None = None) -> bool:
+        """Whether `rounds` rounds with per-round speedups `ratios` suffice: the minimum (`least`, default the
+        config's `timing_rounds`) is done and the speedup is as precise as asked (`precision`, default the config's
+        `timing_precision`; 0 asks for fixed rounds)."""
         cfg = self.config
         precision = cfg.timing_precision if precision is None else precision
-        return rounds >= cfg.timing_rounds and (precision <= 0 or _relative_stderr(ratios) <= precision)
+        least = cfg.timing_rounds if least is None else least
+        return rounds >= least and (precision <= 0 or _relative_stderr(ratios) <= precision)
 
     def _graphs(self, task, ref, cand, left, flags, first, shape: dict, compiled: bool | None = None) -> dict:
         """CUDA-graph replay times (device time) of both programs, when both can be captured.
@@ -165,6 +170,8 @@ class TimedRounds:
                 rh = {"unavailable": rh.get("message", "error")}
             if rh.get("unavailable") or ch.get("unavailable"):
                 who = "the reference" if rh.get("unavailable") else "the candidate"
+                if self._current is not None:
+                    self._current.uncaptured = who.split()[-1]
                 flags.append(Flag("cuda_graph", f"graph replay not timed ({who}): "
                                                 f"{rh.get('unavailable') or ch.get('unavailable')}; the speedup is "
                                                 "per-call latency", severity="warn"))
@@ -269,7 +276,7 @@ class TimedRounds:
             self._ask(again, self._load_op(task, state, candidate), self.config.build_timeout_s,
                       "re-measurement build")
         except BaseException:
-            _close_fresh(again, slot)
+            close_fresh(again, slot)
             raise
         return again, slot
 
@@ -298,7 +305,7 @@ class TimedRounds:
                 rt, ct, _, stderr = self._timing(task, ref, again, left, seen, first, compiled=False)
                 got = (rt, ct, _ratio(rt, ct), stderr)
         finally:
-            _close_fresh(again, slot)
+            close_fresh(again, slot)
         flags.extend(f for f in seen if f.severity == "reject")
         if got is None:
             flags.append(Flag("recheck", "the speedup could not be re-measured in a fresh worker: "
@@ -306,7 +313,7 @@ class TimedRounds:
         return got
 
 
-def _close_fresh(worker: Worker, slot) -> None:
+def close_fresh(worker: Worker, slot) -> None:
     """Close a re-measurement's worker and remove its build slot (its build is the job's own, kept already)."""
     worker.close()
     if slot is not None:
@@ -317,7 +324,7 @@ def drop_fresh(future) -> None:
     """Give up a fresh worker started ahead for a re-measurement that did not happen: closed once it is up."""
     if future is None or future.cancel():
         return
-    future.add_done_callback(lambda f: f.exception() is None and _close_fresh(*f.result()))
+    future.add_done_callback(lambda f: f.exception() is None and close_fresh(*f.result()))
 
 
 def _relative_stderr(ratios: list[float]) -> float:

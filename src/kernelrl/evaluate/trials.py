@@ -59,6 +59,7 @@ class Trials:
         worst, first, trials = None, None, 0
         facts = {"own_state": {}, "reused_storage": set()}  # what the candidate's outputs are (`Harness._facts`)
         prints = []  # the reference's outputs' fingerprints on the first two trials (inputs that differ)
+        call_us = []  # the reference's call times (wall, beside the candidate's trial)
         # The last trial repeats the first seed: unwritten or racy outputs vary between runs on one input. Under the
         # kernelbench policy every trial draws the task's own inputs, as KernelBench does: its absolute atol makes
         # the verdict depend on the inputs' scale, and a rescaled draw would make it depend on the draw.
@@ -88,6 +89,8 @@ class Trials:
                 (rh, rt), reference = reference.result(), None  # the future would keep its outputs alive
             _raise_reference(rh, task)
             trials += 1
+            if "call_us" in rh:
+                call_us.append(rh["call_us"])
             if self._trial_problem(ch, flags, i):
                 return _stats(worst, task, rh, trials, self._policy), None
             mutated = sorted(set(ch["inputs_changed"]) - set(rh["inputs_changed"]))
@@ -124,6 +127,8 @@ class Trials:
                                                    + (" (within KernelBench's absolute atol)" if slack else ""),
                               hack="degenerate_output", severity="warn" if slack else "reject"))
         flags.extend(_facts_flags(facts, len(prints) == 2 and prints[0] == prints[1]))
+        # the reference's quickest trial: how long its calls take, which shapes the first timing round
+        first["ref_call_us"] = min(call_us) if call_us else None
         if self._beyond_strict:
             flags.append(Flag("precision", f"{self._beyond_strict}: outside the strict policy's tolerance, within the "
                                            "kernelbench policy's (reduced-precision math)",
