@@ -241,8 +241,10 @@ def test_timing_adds_rounds_until_the_speedup_is_precise_and_reports_its_error(t
         v = judge(ev, task, "correct")
     assert v.status == "ok", v.message
     assert v.candidate_timing.n == v.reference.n == 5 * 5
+    assert len(v.reference.round_medians_us) == len(v.candidate_timing.round_medians_us) == 5  # one per round
     assert v.speedup_stderr is not None and 0 < v.speedup_stderr < 1
-    assert Verdict.from_json(v.to_json()).speedup_stderr == v.speedup_stderr
+    again = Verdict.from_json(v.to_json())
+    assert again.speedup_stderr == v.speedup_stderr and again.reference == v.reference
     # On the CPU the speedup is the per-call latency ratio, measured by the host clock.
     assert v.speedup_method == "perf_counter" and v.latency_speedup == v.speedup
     assert v.speedup == pytest.approx(v.reference.median_us / v.candidate_timing.median_us)

@@ -36,10 +36,12 @@ class Timing:
     method: str  # "cuda_graph", "cuda_events", "perf_counter"
     # Host wall time of one call including a device-wide synchronisation (per-call latency), median.
     wall_median_us: float | None = None
+    # The median of each timing round, in order: whether slow calls came alone or a whole round at a time.
+    round_medians_us: tuple[float, ...] = ()
 
     @classmethod
     def from_samples(cls, samples_us: list[float], method: str,
-                     wall_us: list[float] | None = None) -> "Timing":
+                     wall_us: list[float] | None = None, rounds_us: list[float] | None = None) -> "Timing":
         if not samples_us:
             raise ValueError("no timing samples")
         return cls(
@@ -51,11 +53,13 @@ class Timing:
             n=len(samples_us),
             method=method,
             wall_median_us=statistics.median(wall_us) if wall_us else None,
+            round_medians_us=tuple(rounds_us or ()),
         )
 
     @classmethod
     def from_dict(cls, d: dict) -> "Timing":
-        return cls(**_floats(d, ("median_us", "mean_us", "min_us", "max_us", "stdev_us")))
+        d = _floats(d, ("median_us", "mean_us", "min_us", "max_us", "stdev_us"))
+        return cls(**dict(d, round_medians_us=tuple(d.get("round_medians_us") or ())))
 
 
 @dataclass(frozen=True)

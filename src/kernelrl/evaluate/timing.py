@@ -56,10 +56,8 @@ class TimedRounds:
         cfg = self.config
         compiled = cfg.compare_compile if compiled is None else compiled
         acc = rounds if rounds is not None else {}
-        for k in ("ref_s", "ref_w", "cand_s", "cand_w", "comp_s", "quiet", "ratios"):
-            acc.setdefault(k, [])
-        ref_s, ref_w, cand_s, cand_w, comp_s, quiet, ratios = (acc[k] for k in ("ref_s", "ref_w", "cand_s", "cand_w",
-                                                                               "comp_s", "quiet", "ratios"))
+        keys = ("ref_s", "ref_w", "cand_s", "cand_w", "comp_s", "quiet", "ratios", "ref_r", "cand_r")
+        ref_s, ref_w, cand_s, cand_w, comp_s, quiet, ratios, ref_r, cand_r = (acc.setdefault(k, []) for k in keys)
         seed = acc.setdefault("seed", secrets.randbits(62))  # one base input set; each timed call draws fresh inputs
         # calls and warm-up of a round (`_round_for`): from the reference's trials, then its first round's times
         shape = acc.setdefault("shape", self._round_for(first["ref_call_us"]) if first.get("ref_call_us") else {})
@@ -112,7 +110,9 @@ class TimedRounds:
             if ch.get("threads_grew", 0) > 0:
                 flags.append(Flag("threads", f"round {r + 1}: {ch['threads_grew']} new Python thread(s) "
                                              "while being timed", hack="background_thread"))
-            ratios.append(statistics.median(rh["times_us"]) / max(statistics.median(ch["times_us"]), 1e-9))
+            ref_r.append(statistics.median(rh["times_us"]))
+            cand_r.append(statistics.median(ch["times_us"]))
+            ratios.append(ref_r[-1] / max(cand_r[-1], 1e-9))
             self._foresee_recheck(task, ratios[-1])
             if r == 0:
                 shape.update(self._round_for(statistics.median(rh["times_us"])))
@@ -121,14 +121,14 @@ class TimedRounds:
             cand_s += ch["times_us"]
             cand_w += ch["wall_us"]
             quiet += ch["quiesce_us"]
-        cand_t = Timing.from_samples(cand_s, self._method(), cand_w)
+        cand_t = Timing.from_samples(cand_s, self._method(), cand_w, cand_r)
         if self.device.type == "cuda":
             q = statistics.median(quiet)
             if q > 40.0 + 0.25 * cand_t.median_us:
                 flags.append(Flag("side_stream", f"the device was still busy {q:.0f} µs (median) after the "
                                                  f"candidate's stream finished ({cand_t.median_us:.0f} µs): work "
                                                  "was launched on another stream", hack="side_stream"))
-        return (Timing.from_samples(ref_s, self._method(), ref_w), cand_t,
+        return (Timing.from_samples(ref_s, self._method(), ref_w, ref_r), cand_t,
                 Timing.from_samples(comp_s, self._method()) if comp_s else None, _relative_stderr(ratios))
 
     def _round_limit(self) -> int:
@@ -153,7 +153,7 @@ class TimedRounds:
         With `compare_compile`, the torch.compile'd reference is replayed too (its time is None when it
         cannot be captured)."""
         cfg = self.config
-        ref_s, cand_s, comp_s, ratios = [], [], [], []
+        ref_s, cand_s, comp_s, ratios, ref_r, cand_r = [], [], [], [], [], []
         compiled = cfg.compare_compile if compiled is None else compiled
         seed = secrets.randbits(62)
         for r in range(max(cfg.timing_rounds, cfg.max_timing_rounds)):
@@ -190,11 +190,14 @@ class TimedRounds:
                     compiled, comp_s = False, []
                 else:
                     comp_s += kh["times_us"]
-            ratios.append(statistics.median(rh["times_us"]) / max(statistics.median(ch["times_us"]), 1e-9))
+            ref_r.append(statistics.median(rh["times_us"]))
+            cand_r.append(statistics.median(ch["times_us"]))
+            ratios.append(ref_r[-1] / max(cand_r[-1], 1e-9))
             self._foresee_recheck(task, ratios[-1])
             ref_s += rh["times_us"]
             cand_s += ch["times_us"]
-        rg, cg = Timing.from_samples(ref_s, "cuda_graph"), Timing.from_samples(cand_s, "cuda_graph")
+        rg = Timing.from_samples(ref_s, "cuda_graph", rounds_us=ref_r)
+        cg = Timing.from_samples(cand_s, "cuda_graph", rounds_us=cand_r)
         return {"reference_graph": rg, "candidate_graph": cg, "graph_speedup": _ratio(rg, cg),
                 "graph_stderr": _relative_stderr(ratios),
                 "reference_compiled_graph": Timing.from_samples(comp_s, "cuda_graph") if comp_s else None}
