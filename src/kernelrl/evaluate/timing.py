@@ -49,10 +49,9 @@ class TimedRounds:
                 precision: float | None = None, rounds: dict | None = None, least: int | None = None):
         """Eager per-call timing of both programs in alternating, adaptive rounds, at least `least` (default: the
         config's `timing_rounds`), until the speedup's relative standard error is under `precision` (default: the
-        config's `timing_precision`). `rounds`, when given,
-        holds the rounds measured so far and is filled in place: a later call with it goes on where this one
-        stopped (more rounds to a finer precision). Returns (reference, candidate, compiled reference timings,
-        the speedup's relative standard error)."""
+        config's `timing_precision`). `rounds`, when given, holds the rounds measured so far and is filled in
+        place: a later call with it goes on where this one stopped (more rounds to a finer precision). Returns
+        (reference, candidate, compiled reference timings, the speedup's relative standard error)."""
         cfg = self.config
         compiled = cfg.compare_compile if compiled is None else compiled
         acc = rounds if rounds is not None else {}
@@ -169,10 +168,10 @@ class TimedRounds:
             if rh.get("type") == "error":
                 rh = {"unavailable": rh.get("message", "error")}
             if rh.get("unavailable") or ch.get("unavailable"):
-                who = "the reference" if rh.get("unavailable") else "the candidate"
-                if self._current is not None:
-                    self._current.uncaptured = who.split()[-1]
-                flags.append(Flag("cuda_graph", f"graph replay not timed ({who}): "
+                who = "reference" if rh.get("unavailable") else "candidate"
+                if self._current is not None:  # its process may compute wrong results after a failed capture
+                    self._current.uncaptured = who
+                flags.append(Flag("cuda_graph", f"graph replay not timed (the {who}): "
                                                 f"{rh.get('unavailable') or ch.get('unavailable')}; the speedup is "
                                                 "per-call latency", severity="warn"))
                 return {}
