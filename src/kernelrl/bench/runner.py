@@ -58,7 +58,7 @@ def run_suite(suite: Suite, config: BenchConfig, cache: BaselineCache | None = N
     results: dict[int, TaskResult] = {}
     lock = threading.Lock()
     todo = iter(enumerate(suite.tasks))
-    stopped = []  # set once the caller stops the run
+    stopped = threading.Event()  # set once the caller stops the run
     with make_scheduler(config.eval, config.devices, ray=config.ray, lookahead=config.lookahead) as scheduler:
         ev = _Scheduled(scheduler, config)
         env = environment_key(config.devices[0], config.eval) if not config.ray else ""  # no cache with Ray
@@ -71,7 +71,7 @@ def run_suite(suite: Suite, config: BenchConfig, cache: BaselineCache | None = N
                     return
                 r = run_task(ev, st, config, cache, env)
                 with lock:
-                    if stopped:  # the run was interrupted: jobs cut short by the scheduler's closing are no verdicts
+                    if stopped.is_set():  # the run was interrupted: jobs cut short by the scheduler's closing are no verdicts
                         return
                     results[i] = r
                     if on_result is not None:
@@ -87,8 +87,8 @@ def run_suite(suite: Suite, config: BenchConfig, cache: BaselineCache | None = N
             for t in threads:
                 t.join()
         except BaseException:  # KeyboardInterrupt (SIGTERM in `kernelrl bench`): record nothing more
-            with lock:
-                stopped.append(True)
+            with lock:  # a result being recorded finishes first
+                stopped.set()
             raise
     return [results[i] for i in sorted(results)]
 

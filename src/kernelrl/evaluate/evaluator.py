@@ -235,9 +235,8 @@ class Evaluator(CandidateWorkers, ReferencePool, Trials, TimedRounds, Integrity)
         graphs = self._graphs(task, ref, cand, left, flags, first, self._round_for(ref_t.median_us)) if replayed \
             else {}
         ph.mark("graphs")
-        taken = len(rounds["ratios"])
-        if not graphs and taken < self._round_limit() \
-                and not self._precise_enough(taken, rounds["ratios"]):
+        if not graphs and len(rounds["ref_r"]) < self._round_limit() \
+                and not self._precise_enough(rounds["ref_r"], rounds["cand_r"]):
             # A capture the device invalidated (a synchronisation inside it, say) can leave the candidate's process
             # computing wrong results afterwards: its rounds go on in a fresh worker.
             again = self._fresh_worker(task, candidate, state) if p.uncaptured == "candidate" else None

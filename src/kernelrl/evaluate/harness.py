@@ -15,6 +15,7 @@ import random
 import sys
 import time
 import traceback
+from typing import NamedTuple
 
 from kernelrl.evaluate import buildlog, state as progstate, tamper
 from kernelrl.evaluate.guards.outputs import Returned
@@ -27,6 +28,15 @@ PERMUTE_CHUNK = 1 << 26  # elements permuted per step in `fresh` (an int64 index
 # machine) adds no idle time between the events. 100 us was not enough on an H200 with torch 2.11 for a host
 # delayed 80 us after each event (`tests/test_graph_timing_gpu.py`)
 REPLAY_LEAD_CYCLES = 400_000
+
+
+class _Captured(NamedTuple):
+    """A program captured in a CUDA graph (`Harness._capture`)."""
+
+    graph: object          # torch.cuda.CUDAGraph
+    static: list           # its input buffers, which each replay's fresh inputs are copied into
+    outs: list             # its outputs, rewritten by each replay
+    nbytes: int            # device memory the buffers and the graph's pool hold
 
 
 class Harness:
@@ -554,9 +564,9 @@ class Harness:
             held = self._capture(self.compiled if op.get("compiled") else self.model, base)
             if isinstance(held, str):
                 return {"type": "graph", "unavailable": held}, None
-            if held[3] + sum(h[3] for h in self._graphs_held.values()) <= self._idle_bytes:
+            if held.nbytes + sum(h.nbytes for h in self._graphs_held.values()) <= self._idle_bytes:
                 self._graphs_held[key] = held
-        graph, static, outs, _ = held
+        graph, static, outs = held.graph, held.static, held.outs
         for _ in range(op.get("warmup", 3)):  # the first replays upload the graph; none of them is timed
             graph.replay()
         self._sync()
@@ -580,8 +590,8 @@ class Harness:
         return {"type": "graph", "times_us": times}, samples
 
     def _capture(self, model, base: list):
-        """`model` on copies of `base` captured in a CUDA graph, after three calls on a side stream: (graph, its
-        input buffers, its outputs, the device memory they hold), or why it cannot be replayed."""
+        """`model` on copies of `base` captured in a CUDA graph, after three calls on a side stream (`_Captured`),
+        or why it cannot be replayed."""
         torch = self.torch
         reserved = torch.cuda.memory_reserved(self.device)
         static = [x.clone() if isinstance(x, torch.Tensor) else x for x in base]
@@ -604,7 +614,7 @@ class Harness:
         if problem:
             return problem
         nbytes = sum(x.numel() * x.element_size() for x in static if isinstance(x, torch.Tensor))
-        return graph, static, outs, nbytes + max(0, torch.cuda.memory_reserved(self.device) - reserved)
+        return _Captured(graph, static, outs, nbytes + max(0, torch.cuda.memory_reserved(self.device) - reserved))
 
     def _sync_quietly(self):
         try:

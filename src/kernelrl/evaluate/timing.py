@@ -55,13 +55,13 @@ class TimedRounds:
         cfg = self.config
         compiled = cfg.compare_compile if compiled is None else compiled
         acc = rounds if rounds is not None else {}
-        keys = ("ref_s", "ref_w", "cand_s", "cand_w", "comp_s", "quiet", "ratios", "ref_r", "cand_r")
-        ref_s, ref_w, cand_s, cand_w, comp_s, quiet, ratios, ref_r, cand_r = (acc.setdefault(k, []) for k in keys)
+        keys = ("ref_s", "ref_w", "cand_s", "cand_w", "comp_s", "quiet", "ref_r", "cand_r")  # ref_r: round medians
+        ref_s, ref_w, cand_s, cand_w, comp_s, quiet, ref_r, cand_r = (acc.setdefault(k, []) for k in keys)
         seed = acc.setdefault("seed", secrets.randbits(62))  # one base input set; each timed call draws fresh inputs
         # calls and warm-up of a round (`_round_for`): from the reference's trials, then its first round's times
         shape = acc.setdefault("shape", self._round_for(first["ref_call_us"]) if first.get("ref_call_us") else {})
-        for r in range(len(ratios), self._round_limit()):
-            if self._precise_enough(r, ratios, precision, least):
+        for r in range(len(ref_r), self._round_limit()):
+            if self._precise_enough(ref_r, cand_r, precision, least):
                 break
             op = self._time_op(seed, **shape)
             order = ("ref", "cand") if r % 2 == 0 else ("cand", "ref")
@@ -109,12 +109,9 @@ class TimedRounds:
             if ch.get("threads_grew", 0) > 0:
                 flags.append(Flag("threads", f"round {r + 1}: {ch['threads_grew']} new Python thread(s) "
                                              "while being timed", hack="background_thread"))
-            ref_r.append(statistics.median(rh["times_us"]))
-            cand_r.append(statistics.median(ch["times_us"]))
-            ratios.append(ref_r[-1] / max(cand_r[-1], 1e-9))
-            self._foresee_recheck(task, ratios[-1])
+            self._add_round(task, ref_r, cand_r, rh, ch)
             if r == 0:
-                shape.update(self._round_for(statistics.median(rh["times_us"])))
+                shape.update(self._round_for(ref_r[-1]))
             ref_s += rh["times_us"]
             ref_w += rh["wall_us"]
             cand_s += ch["times_us"]
@@ -128,21 +125,28 @@ class TimedRounds:
                                                  f"candidate's stream finished ({cand_t.median_us:.0f} µs): work "
                                                  "was launched on another stream", hack="side_stream"))
         return (Timing.from_samples(ref_s, self._method(), ref_w, ref_r), cand_t,
-                Timing.from_samples(comp_s, self._method()) if comp_s else None, _relative_stderr(ratios))
+                Timing.from_samples(comp_s, self._method()) if comp_s else None, _relative_stderr(ref_r, cand_r))
 
     def _round_limit(self) -> int:
         """How many timing rounds a job may take in all (`_timing` resumes its rounds up to this)."""
         return max(self.config.timing_rounds, self.config.max_timing_rounds)
 
-    def _precise_enough(self, rounds: int, ratios: list[float], precision: float | None = None,
+    def _precise_enough(self, ref_r: list[float], cand_r: list[float], precision: float | None = None,
                         least: int | None = None) -> bool:
-        """Whether `rounds` rounds with per-round speedups `ratios` suffice: the minimum (`least`, default the
-        config's `timing_rounds`) is done and the speedup is as precise as asked (`precision`, default the config's
+        """Whether the rounds with medians `ref_r` and `cand_r` suffice: the minimum (`least`, default the config's
+        `timing_rounds`) is done and the speedup is as precise as asked (`precision`, default the config's
         `timing_precision`; 0 asks for fixed rounds)."""
         cfg = self.config
         precision = cfg.timing_precision if precision is None else precision
         least = cfg.timing_rounds if least is None else least
-        return rounds >= least and (precision <= 0 or _relative_stderr(ratios) <= precision)
+        return len(ref_r) >= least and (precision <= 0 or _relative_stderr(ref_r, cand_r) <= precision)
+
+    def _add_round(self, task, ref_r: list[float], cand_r: list[float], rh: dict, ch: dict) -> None:
+        """Record a round's medians (reference and candidate replies `rh`, `ch`), and start the re-measurement's
+        worker if its speedup reads above the threshold (`_foresee_recheck`)."""
+        ref_r.append(statistics.median(rh["times_us"]))
+        cand_r.append(statistics.median(ch["times_us"]))
+        self._foresee_recheck(task, ref_r[-1] / max(cand_r[-1], 1e-9))
 
     def _graphs(self, task, ref, cand, left, flags, first, shape: dict, compiled: bool | None = None) -> dict:
         """CUDA-graph replay times (device time) of both programs, when both can be captured.
@@ -152,11 +156,11 @@ class TimedRounds:
         With `compare_compile`, the torch.compile'd reference is replayed too (its time is None when it
         cannot be captured)."""
         cfg = self.config
-        ref_s, cand_s, comp_s, ratios, ref_r, cand_r = [], [], [], [], [], []
+        ref_s, cand_s, comp_s, ref_r, cand_r = [], [], [], [], []
         compiled = cfg.compare_compile if compiled is None else compiled
         seed = secrets.randbits(62)
-        for r in range(max(cfg.timing_rounds, cfg.max_timing_rounds)):
-            if self._precise_enough(r, ratios):
+        for r in range(self._round_limit()):
+            if self._precise_enough(ref_r, cand_r):
                 break
             op = self._time_op(seed, kind="graph", **shape)
             if r % 2 == 0:
@@ -189,16 +193,13 @@ class TimedRounds:
                     compiled, comp_s = False, []
                 else:
                     comp_s += kh["times_us"]
-            ref_r.append(statistics.median(rh["times_us"]))
-            cand_r.append(statistics.median(ch["times_us"]))
-            ratios.append(ref_r[-1] / max(cand_r[-1], 1e-9))
-            self._foresee_recheck(task, ratios[-1])
+            self._add_round(task, ref_r, cand_r, rh, ch)
             ref_s += rh["times_us"]
             cand_s += ch["times_us"]
         rg = Timing.from_samples(ref_s, "cuda_graph", rounds_us=ref_r)
         cg = Timing.from_samples(cand_s, "cuda_graph", rounds_us=cand_r)
         return {"reference_graph": rg, "candidate_graph": cg, "graph_speedup": _ratio(rg, cg),
-                "graph_stderr": _relative_stderr(ratios),
+                "graph_stderr": _relative_stderr(ref_r, cand_r),
                 "reference_compiled_graph": Timing.from_samples(comp_s, "cuda_graph") if comp_s else None}
 
     BEHIND_FLOOR_US = 100.0  # an idle thread pool's bookkeeping after a call is a few tens of us of CPU
@@ -329,10 +330,12 @@ def drop_fresh(future) -> None:
     future.add_done_callback(lambda f: f.exception() is None and close_fresh(*f.result()))
 
 
-def _relative_stderr(ratios: list[float]) -> float:
-    """Standard error of the mean of per-round speedups, relative to it (inf with fewer than two rounds)."""
-    if len(ratios) < 2:
+def _relative_stderr(ref_r: list[float], cand_r: list[float]) -> float:
+    """Standard error of the mean of per-round speedups (the rounds' reference over candidate medians), relative to
+    it (inf with fewer than two rounds)."""
+    if len(ref_r) < 2:
         return math.inf
+    ratios = [a / max(b, 1e-9) for a, b in zip(ref_r, cand_r)]
     mean = statistics.fmean(ratios)
     return statistics.stdev(ratios) / math.sqrt(len(ratios)) / mean if mean > 0 else math.inf
 
