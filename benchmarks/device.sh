@@ -6,7 +6,8 @@
 #   real, grpo: a real-like corpus (benchmarks/real_corpus.py, seed SEED, default 0: one candidate per task; grpo a
 #   group of 8, judged with --samples all) through `kernelrl bench` with a cold cache into res/throughput_<step>
 #   (corpus.json beside the results, rate.md by kind from benchmarks/bench_runs.py), going on from the results.jsonl
-#   and runs.jsonl in REAL_FROM (GRPO_FROM), if named; no task starts in the step's last DRAIN_S seconds (default 150).
+#   and runs.jsonl in REAL_FROM (GRPO_FROM), if named; no task starts in the step's last DRAIN_S seconds (default 150);
+#   LEVEL="1 2" for some levels; LANE, where copies run side by side (one per GPU), names each one's folder.
 #   serve_grpo: benchmarks/serve_grpo.py, groups of 8 of that corpus through `kernelrl serve`, into res/serve_grpo;
 #   no group starts in the step's last DRAIN_S seconds (default 240), none is waited for in its last 60.
 #   redteam: `kernelrl redteam` of ${KB:-.kb/suite} under each policy of RT_POLICIES (default "strict kernelbench") into
@@ -90,7 +91,7 @@ for step in "$@"; do
     serve) timeout "$STEP_S" python3 benchmarks/serve_spread.py "$RES/serve_spread" --repeats 5 2>&1 | tail -30;;
     scaling) timeout "$STEP_S" python3 benchmarks/eval_scaling.py "${KERNELBENCH:-../shared/kernelbench}" \
                "$RES/eval_scaling" --gpus 1,2 --budget-s $(( (STEP_S - 120) / 2 )) 2>&1 | tail -10;;
-    real|grpo) run="$RES/throughput_$step"; corpus=$(mktemp -d); mkdir -p "$run"; per=1; samples=lowest
+    real|grpo) run="$RES/throughput_$step${LANE:+_$LANE}"; corpus=$(mktemp -d); mkdir -p "$run"; per=1; samples=lowest
                [ "$step" = grpo ] && { per=8; samples=all; }
                from="${step^^}_FROM"; from="${!from:-}"  # REAL_FROM or GRPO_FROM: an earlier slice's folder
                [ -n "$from" ] && [ ! -e "$run/results.jsonl" ] && cp "$from/results.jsonl" "$from/runs.jsonl" "$run/"
@@ -98,7 +99,7 @@ for step in "$@"; do
                  --per-task "$per" && cp "$corpus/corpus.json" "$run/"
                KERNELRL_CACHE=$(mktemp -d) timeout $((STEP_S - 30)) python3 -m kernelrl.cli bench "${KB:-.kb/suite}" \
                  --candidates "$corpus" --device cuda --out "$run" --resume --time-limit $((STEP_S - ${DRAIN_S:-150})) \
-                 --samples "$samples" 2>&1 | tail -6
+                 --samples "$samples" $(for l in ${LEVEL:-}; do echo --level "$l"; done) 2>&1 | tail -6
                python3 benchmarks/bench_runs.py "$run" --corpus "$run/corpus.json" --out "$run/rate.md" && cat "$run/rate.md";;
     serve_grpo) corpus=$(mktemp -d)
                 python3 benchmarks/real_corpus.py "${KB:-.kb/suite}" "$corpus" --per-task 8 --seed "${SEED:-0}"

@@ -257,7 +257,8 @@ def test_timing_adds_rounds_until_the_speedup_is_precise_and_reports_its_error(t
 def test_long_calls_get_fewer_calls_per_round_from_the_first_by_the_references_trials(task, tmp_path):
     with Evaluator(EvalConfig(**dict(FAST, warmup=5, cache_dir=str(tmp_path)))) as ev:  # round_us 20 ms
         rounds = [ev._round_for(us) for us in (100.0, 2000.0, 4000.0, 10000.0)]
-    assert [r["calls"] for r in rounds] == [5, 5, 5, 5]  # FAST asks for 5 calls: never more
+    assert [r["calls"] for r in rounds] == [5, 5, 5, 3]  # FAST asks for 5 calls: never more; 20 ms of 10 ms calls
+    # is two: the default least is three
     assert [r["warmup"] for r in rounds] == [5, 3, 2, 1]  # a quarter of 20 ms of warm-up, at least one call
     cfg = EvalConfig(**dict(FAST, calls_per_round=8, min_calls_per_round=3, round_us=1.0, cache_dir=str(tmp_path)))
     with Evaluator(cfg) as ev:

@@ -30,7 +30,7 @@ class EvalConfig:
     latency_rounds: int = 3              # ...after at least this many rounds (at most timing_rounds)
     calls_per_round: int = 20            # timed calls per program per round
     round_us: float = 20000.0            # ...fewer once a call is known to be long: enough for this much timed
-    min_calls_per_round: int = 5         # time per program and round, never fewer than this many calls
+    min_calls_per_round: int = 3         # time per program and round, never fewer than this many calls
     input_sets: int = 4                  # rotated input sets during timing, outputs of each checked
     flush_l2: bool = True                # CUDA: overwrite L2 before every timed call
     use_graphs: bool = True              # CUDA: also time CUDA-graph replay when the candidate allows it
