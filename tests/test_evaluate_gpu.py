@@ -167,6 +167,16 @@ def test_a_torch_compile_candidate_gets_its_verdict_again_from_the_build_cache_o
     assert statuses == [("ok", "")] * 2
 
 
+def test_a_large_torch_compile_candidate_compiles_its_kernels_in_its_confined_worker(tmp_path):
+    """Inductor hands kernels to a pool of compile processes once the pool is up; one started after the worker's
+    confinement cannot open the GPU, and two honest compiled level-3 models were runtime_error for it."""
+    t = Task.from_file(DATA / "conv_stack.py")
+    c = Candidate.from_file(DATA / "conv_stack_compiled.py")
+    with Evaluator(EvalConfig(device="cuda", timing_rounds=2, timing_precision=0, cache_dir=str(tmp_path))) as e:
+        v = e.evaluate(t, c)
+    assert v.status == "ok", v.message
+
+
 def test_a_reference_that_carries_state_is_ok_against_itself_job_after_job_on_the_gpu(ev):
     from kernelrl.task import identity_candidate
 

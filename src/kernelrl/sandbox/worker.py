@@ -33,9 +33,15 @@ def _confine(spec: dict) -> dict:
 
 
 def _init_cuda(spec: dict) -> None:
-    """Open the GPU before confinement: the driver needs files and calls that confinement then denies."""
+    """Open the GPU before confinement: the driver needs files and calls that confinement then denies.
+
+    For the same reason torch.compile's Triton kernels are compiled in this process: a compile worker process
+    started after confinement cannot open the GPU ("Could not find an active GPU backend"), and Inductor hands
+    kernels to its worker pool only once the pool is up, so a large model's compile failed or not by how fast
+    the pool started."""
     device = str(spec.get("init", {}).get("device", "cpu"))
     if device.startswith("cuda"):
+        os.environ["TORCHINDUCTOR_COMPILE_THREADS"] = "1"
         import torch
 
         torch.cuda.set_device(torch.device(device))
