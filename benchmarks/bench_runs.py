@@ -7,8 +7,8 @@ tasks without a verdict by status) and its `results.jsonl` (one verdict per task
 `results.jsonl.gz` in a folder kept under benchmarks/results/).
 For each RUN (and each level of it, with `--by-level`) one row: tasks, the summed wall clock of its runs and the
 rate it gives (tasks without a verdict named beside it), the mean seconds a task of each GPU-stage phase
-(correctness, timing, graphs, finish) and of the stage, the rate the stage alone bounds, the range and median of
-the speedups of `ok` verdicts, and how many tasks ran 60 or more graph replays a side (the adaptive rounds went on
+(correctness, alone: the wait for the device to itself before timing, timing, graphs, finish) and of the stage,
+the rate the stage alone bounds, the range and median of the speedups of `ok` verdicts, and how many tasks ran 60 or more graph replays a side (the adaptive rounds went on
 because the two sides' medians were not yet precise enough). Rows for a level leave the wall clock out: a run's
 wall time is not split by level; so do the rows for each kind of candidate that `--corpus` gives (the corpus.json
 benchmarks/real_corpus.py wrote: its candidates' files and kinds). Markdown to stdout, or to `--out`.
@@ -26,7 +26,7 @@ from kernelrl.bench.result import TaskResult  # noqa: E402
 from kernelrl.bench.resume import RESULTS_FILE, kept_results  # noqa: E402
 from kernelrl.bench.runs import UNJUDGED, read_runs  # noqa: E402
 
-PHASES = ("correctness", "timing", "graphs", "finish")
+PHASES = ("correctness", "alone", "timing", "graphs", "finish")
 LONG_GRAPH = 60  # replays a side: the adaptive rounds ran past their first pass
 
 

@@ -7,7 +7,9 @@
 #   group of 8, judged with --samples all) through `kernelrl bench` with a cold cache into res/throughput_<step>
 #   (corpus.json beside the results, rate.md by kind from benchmarks/bench_runs.py), going on from the results.jsonl
 #   and runs.jsonl in REAL_FROM (GRPO_FROM), if named; no task starts in the step's last DRAIN_S seconds (default 150);
-#   LEVEL="1 2" for some levels; LANE, where copies run side by side (one per GPU), names each one's folder.
+#   LEVEL="1 2" for some levels; LANE, where copies run side by side (one per GPU), names each one's folder; SRC
+#   names another kernelrl source tree to run (an A/B beside the working tree's, e.g. `git archive` of a commit);
+#   CPU_LANES passes --cpu-lanes, BENCH_ARGS more flags.
 #   serve_grpo: benchmarks/serve_grpo.py, groups of 8 of that corpus through `kernelrl serve`, into res/serve_grpo;
 #   no group starts in the step's last DRAIN_S seconds (default 240), none is waited for in its last 60.
 #   redteam: `kernelrl redteam` of ${KB:-.kb/suite} under each policy of RT_POLICIES (default "strict kernelbench") into
@@ -39,7 +41,7 @@ if [ -d .whl ]; then
       --no-cache-dir --upgrade --target /tmp/site .whl/*.whl >/dev/null 2>&1 && touch /tmp/site/.installed; } \
       || echo "wheel install failed" ) 9>/tmp/.whl.lock
 fi
-export PYTHONPATH="$PWD/src:/tmp/site" KERNELRL_CACHE=/tmp/kernelrl-cache${LANE:+-$LANE} PYTHONUNBUFFERED=1
+export PYTHONPATH="${SRC:-$PWD/src}:/tmp/site" KERNELRL_CACHE=/tmp/kernelrl-cache${LANE:+-$LANE} PYTHONUNBUFFERED=1
 if [ -d .kernelrl-cache/gemm ]; then  # the cuBLASLt binding links the machine's libcublasLt: built here if missing
   export KERNELRL_GEMM_BUILD="$PWD/.kernelrl-cache/gemm"
   python3 -c "import os, kernelrl.gemm.build as b; b.build_cublaslt(b.Path(os.environ['KERNELRL_GEMM_BUILD']))" \
@@ -99,7 +101,8 @@ for step in "$@"; do
                  --per-task "$per" && cp "$corpus/corpus.json" "$run/"
                KERNELRL_CACHE=$(mktemp -d) timeout $((STEP_S - 30)) python3 -m kernelrl.cli bench "${KB:-.kb/suite}" \
                  --candidates "$corpus" --device cuda --out "$run" --resume --time-limit $((STEP_S - ${DRAIN_S:-150})) \
-                 --samples "$samples" $(for l in ${LEVEL:-}; do echo --level "$l"; done) 2>&1 | tail -6
+                 --samples "$samples" ${CPU_LANES:+--cpu-lanes "$CPU_LANES"} ${BENCH_ARGS:-} \
+                 $(for l in ${LEVEL:-}; do echo --level "$l"; done) 2>&1 | tail -6
                python3 benchmarks/bench_runs.py "$run" --corpus "$run/corpus.json" --out "$run/rate.md" && cat "$run/rate.md";;
     serve_grpo) corpus=$(mktemp -d)
                 python3 benchmarks/real_corpus.py "${KB:-.kb/suite}" "$corpus" --per-task 8 --seed "${SEED:-0}"

@@ -154,6 +154,33 @@ def test_a_task_whose_trials_would_fill_the_gpu_side_by_side_is_judged_ok(tmp_pa
     assert v.status == "ok", v.message
 
 
+def test_trials_that_run_out_of_memory_beside_other_work_run_again_with_the_device_alone(tmp_path):
+    """Correctness shares the device with untimed work beside it (probes, first calls): a trial that runs out of
+    memory there is not the program's fault, and runs again once the device is the job's alone. Here the memory
+    taken beside it is a block this process holds until the GPU stage asks for the device alone."""
+    numel = torch.cuda.get_device_properties(0).total_memory // 60 // 4  # trials of a fifth of the GPU: shared
+    task = Task.from_source(_elementwise_task(numel), name="relu_sixtieth")
+    cand = Candidate.from_source(task.source.replace("class Model(", "class ModelNew("))
+    with Evaluator(EvalConfig(device="cuda", timing_rounds=2, timing_precision=0, timeout_s=600,
+                              cache_dir=str(tmp_path))) as ev:
+        assert ev._shares(ev._reference(task)[1])
+        p = ev.prepare(task, cand)
+        # room for one of a trial's three tensors (inputs, their kept copy, outputs) and the lent reply buffers
+        beside = [torch.empty(torch.cuda.mem_get_info(0)[0] - 3 * numel * 4, dtype=torch.uint8, device="cuda")]
+        alone, asked = ev._gpu.to_exclusive, []
+
+        def to_exclusive():
+            asked.append(ev._phases.seen.get("correctness"))  # None: asked before the trials had passed
+            beside.clear()  # the work beside it ends before the device is the GPU stage's alone
+            torch.cuda.empty_cache()
+            alone()
+
+        ev._gpu.to_exclusive = to_exclusive
+        v = ev.judge(p)
+    assert v.status == "ok", v.message
+    assert asked[0] is None, "the trials did not run out of memory beside the block: nothing was shown"
+
+
 def test_a_torch_compile_candidate_gets_its_verdict_again_from_the_build_cache_of_an_earlier_one(tmp_path):
     """torch.compile's generated code names its Triton kernels by absolute path: a build copied into another
     worker's folder pointed at the first one's, which confinement refuses (runtime_error on the second judgement)."""
@@ -165,6 +192,17 @@ def test_a_torch_compile_candidate_gets_its_verdict_again_from_the_build_cache_o
             v = e.evaluate(t, c)
             statuses.append((v.status, v.message))
     assert statuses == [("ok", "")] * 2
+
+
+def test_a_compiled_candidate_makes_its_first_call_before_the_gpu_stage(tmp_path):
+    """torch.compile compiles a program's kernels at its first call: made in the CPU stage, beside untimed work
+    (`Evaluator._first_call`), it no longer holds the GPU stage, and the trials that follow judge it as before."""
+    honest = Path(__file__).parent / "honest"
+    t, c = Task.from_file(honest / "tasks" / "elementwise_chain.py"), Candidate.from_file(honest / "compiled_chain.py")
+    with Evaluator(EvalConfig(device="cuda", timing_rounds=2, timing_precision=0, cache_dir=str(tmp_path))) as e:
+        v = e.evaluate(t, c)
+    assert v.status == "ok", v.message
+    assert v.phases["first_call"] > v.phases["correctness"], v.phases  # the compile went before the GPU stage
 
 
 def test_a_large_torch_compile_candidate_compiles_its_kernels_in_its_confined_worker(tmp_path):
@@ -186,6 +224,7 @@ def test_a_reference_that_carries_state_is_ok_against_itself_job_after_job_on_th
         for _ in range(2):
             v = ev.evaluate(t, identity_candidate(t))
             assert v.status == "ok", (name, v.message)
+            assert "first_call" not in v.phases  # a call ahead of the reference would be a call ahead of its state
 
 
 @pytest.mark.parametrize("name, eager_rounds", [("softmax_cuda", 2), ("softmax_synchronizes", 6)])

@@ -61,6 +61,12 @@ def bench_command(
                                                           "--resume)"),
     ray: Optional[str] = typer.Option(None, "--ray", help=RAY_HELP + "; --device is then ignored and reference "
                                                                      "timings are not cached"),
+    early_first_call: bool = typer.Option(True, "--early-first-call/--no-early-first-call",
+                                          help="CUDA: make each candidate's first call (its torch.compile or "
+                                               "Triton compilation) while it is prepared, beside untimed work"),
+    cpu_lanes: Optional[int] = typer.Option(None, "--cpu-lanes", help="jobs prepared at once (workers started, "
+                                            "candidates built) for the devices to judge (default: half the cores, "
+                                            "at most 8 a device)"),
     exclude_flagged: Optional[Path] = typer.Option(None, "--exclude-flagged", help="drop the tasks a `kernelrl "
                                                    "redteam` report of this folder (its redteam.json) flagged"),
 ):
@@ -79,6 +85,8 @@ def bench_command(
         _fail(f"--baseline must be one of {', '.join(BASELINES)}, not {baseline!r}")
     if timeout <= 0 or trials < 1 or rounds < 1 or calls < 1:
         _fail("--timeout, --trials, --rounds and --calls must be positive")
+    if cpu_lanes is not None and cpu_lanes < 1:
+        _fail(f"--cpu-lanes must be at least 1, not {cpu_lanes}")
     if time_limit is not None and time_limit <= 0:
         _fail("--time-limit must be positive")
     if resume and out is None:
@@ -102,7 +110,7 @@ def bench_command(
 
     eval_cfg = EvalConfig(timeout_s=timeout, build_timeout_s=min(timeout, 240.0), correctness_trials=trials,
                           timing_rounds=rounds, calls_per_round=calls, policy=policy,
-                          **({"cache_dir": str(cache_dir)} if cache_dir else {}))
+                          early_first_call=early_first_call, **({"cache_dir": str(cache_dir)} if cache_dir else {}))
     keys = {st.id: result_key(st, eval_cfg.policy_for(st.task.meta), baseline) for st in whole.tasks}
     log = ResultLog(out / RESULTS_FILE) if out is not None else None
     done = log.load() if log is not None and resume else {}
@@ -113,7 +121,7 @@ def bench_command(
         err.print(f"resuming: {len(suite.tasks) - len(todo)} of {len(suite.tasks)} tasks already finished in "
                   f"{log.path}", highlight=False)
     config = BenchConfig(devices=devices, baseline=baseline, eval=eval_cfg, time_references=references,
-                         compiled_references=compiled_references, use_cache=not fresh, ray=ray)
+                         compiled_references=compiled_references, use_cache=not fresh, ray=ray, cpu_lanes=cpu_lanes)
     cache = BaselineCache(eval_cfg.cache_path / "bench" / "baselines.sqlite")
     with Progress(TextColumn("[bold]bench[/]"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   TextColumn("{task.fields[load]}"), TextColumn("{task.description}"), console=err,

@@ -28,6 +28,7 @@ class BenchConfig:
     use_cache: bool = True               # reuse cached reference timings
     lookahead: int = 3                   # jobs prepared (workers started, builds done) ahead of each device
     ray: str | None = None               # "auto" or a Ray cluster's address: its GPUs instead of `devices`
+    cpu_lanes: int | None = None         # jobs prepared at once on this machine (LocalScheduler's cpu_workers)
 
     def __post_init__(self):
         if self.baseline not in BASELINES:
@@ -59,7 +60,8 @@ def run_suite(suite: Suite, config: BenchConfig, cache: BaselineCache | None = N
     lock = threading.Lock()
     todo = iter(enumerate(suite.tasks))
     stopped = threading.Event()  # set once the caller stops the run
-    with make_scheduler(config.eval, config.devices, ray=config.ray, lookahead=config.lookahead) as scheduler:
+    lanes = {"cpu_workers": config.cpu_lanes} if config.cpu_lanes and not config.ray else {}
+    with make_scheduler(config.eval, config.devices, ray=config.ray, lookahead=config.lookahead, **lanes) as scheduler:
         ev = _Scheduled(scheduler, config)
         env = environment_key(config.devices[0], config.eval) if not config.ray else ""  # no cache with Ray
 

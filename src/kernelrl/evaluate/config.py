@@ -34,6 +34,7 @@ class EvalConfig:
     input_sets: int = 4                  # rotated input sets during timing, outputs of each checked
     flush_l2: bool = True                # CUDA: overwrite L2 before every timed call
     use_graphs: bool = True              # CUDA: also time CUDA-graph replay when the candidate allows it
+    early_first_call: bool = True        # CUDA: a candidate's first call in the CPU stage, beside untimed work
     timing_basis: str = "device"         # what `speedup` compares on CUDA: "device" (graph replay where both
                                          # programs capture, else per-call latency) or "latency" (always)
     compare_compile: bool = False        # also time torch.compile(reference)

@@ -25,8 +25,15 @@ from kernelrl.evaluate.refpool import ReferencePool
 from kernelrl.evaluate.trials import Trials
 from kernelrl.evaluate.timing import TimedRounds, _ratio, close_fresh, drop_fresh
 from kernelrl.evaluate.integrity import Integrity, _static_flags, _under_policy
+from kernelrl.evaluate.gpulock import DeviceLock
 
 __all__ = ["HARNESS", "EvaluationError", "Evaluator", "Prepared", "check_device"]
+
+
+def _out_of_memory(e: BaseException) -> bool:
+    """Whether an evaluation's failure is a program running out of device memory."""
+    message = e.kw.get("message", "") if isinstance(e, Aborted) else str(e)
+    return "out of memory" in message.lower()
 
 
 def check_device(device: str) -> torch.device:
@@ -59,7 +66,9 @@ class Evaluator(CandidateWorkers, ReferencePool, Trials, TimedRounds, Integrity)
         self.device = check_device(self.config.device)
         self._refs: OrderedDict[str, tuple[Worker, dict]] = OrderedDict()
         self._max_refs = max_reference_workers
-        self._lock = threading.RLock()  # the GPU stage: judge, time_reference, reference probes
+        self._lock = threading.RLock()  # the GPU stage, one job at a time: judge, time_reference
+        # the device: shared by what is not timed (correctness, probes, first calls), exclusive for timing
+        self._gpu = DeviceLock(sharing=self.device.type == "cuda")
         self._refs_lock = threading.RLock()  # self._refs, self._spare, self._starting, self._live
         self._starting: dict[str, threading.Lock] = {}  # one reference start per task at a time
         self._live: set[Prepared] = set()
@@ -105,6 +114,7 @@ class Evaluator(CandidateWorkers, ReferencePool, Trials, TimedRounds, Integrity)
             self._reserve(p.cand, p.state)
             p.kept = True
             p.phases.mark("start_and_build")
+            self._first_call(p, left)
         except Aborted as a:  # judged without the GPU stage (its integrity report is asked for there)
             p.aborted = a
         except BaseException:
@@ -112,6 +122,33 @@ class Evaluator(CandidateWorkers, ReferencePool, Trials, TimedRounds, Integrity)
             raise
         p.ready = time.monotonic()
         return p
+
+    FIRST_CALL_S = 120.0  # the most a candidate's first call in the CPU stage may take (`_first_call`)
+
+    def _first_call(self, p: Prepared, left) -> None:
+        """The candidate's first call, in the CPU stage, beside other untimed work on the device (`gpulock`):
+        torch.compile and Triton compile a program's kernels at its first call, seconds of mostly CPU work that
+        would otherwise hold the GPU stage. One call on seed 0 (no trial's secret seed), its outputs dropped and the
+        candidate's output history cleared after it (`Harness.op_trial`). Skipped where the task's reference
+        carries state from call to call (the candidate would be a call ahead of it) and where the trials' memory is
+        more than a small share of the device's (`_shares`). A first call that fails or outlasts `FIRST_CALL_S`
+        here decides nothing: the candidate gets a fresh worker and the GPU stage makes its first call, as where
+        this one is skipped."""
+        if not self.config.early_first_call or p.state.get("stateful") or not self._shares(p.state, beside=True):
+            return
+        try:
+            with self._gpu.beside():
+                self._ask(p.cand, {"op": "trial", "seed": 0, "probe": True}, left(self.FIRST_CALL_S), "first call")
+        except Aborted:
+            self._renew_candidate(p, left)
+        p.phases.mark("first_call")
+
+    def _renew_candidate(self, p: Prepared, left) -> None:
+        """Replace a job's candidate worker with a fresh one, loaded and not yet called."""
+        p.cand.close()
+        self._keep_build(p.candidate, p.slot, False)
+        p.cand, p.slot = self._candidate_worker(p.candidate)
+        self._ask(p.cand, self._load_op(p.task, p.state, p.candidate), left(self.config.build_timeout_s), "build")
 
     def judge(self, prepared: Prepared) -> Verdict:
         """The GPU stage of a prepared candidate (correctness, timing, graphs, recheck, report): its Verdict."""
@@ -121,6 +158,7 @@ class Evaluator(CandidateWorkers, ReferencePool, Trials, TimedRounds, Integrity)
             finally:
                 self._current = None
                 self._rest(prepared.ref)
+                self._gpu.let_go()
                 self.release(prepared)
 
     def release(self, prepared: Prepared) -> None:
@@ -137,6 +175,7 @@ class Evaluator(CandidateWorkers, ReferencePool, Trials, TimedRounds, Integrity)
     def _judge(self, p: Prepared) -> Verdict:
         task, candidate = p.task, p.candidate
         start = time.monotonic()
+        self._gpu.hold(shared=self._shares(p.state))  # correctness beside other untimed work, or alone
         p.phases.mark("waited")
         waited = p.phases.seen["waited"]
         self._phases = p.phases
@@ -212,11 +251,26 @@ class Evaluator(CandidateWorkers, ReferencePool, Trials, TimedRounds, Integrity)
         task, candidate, ref, state, cand = p.task, p.candidate, p.ref, p.state, p.cand
         ph, flags, reported = self._phases, p.flags, p.reported
         # -- correctness: fresh secret seeds, two input distributions, agreement on a repeat
-        error, first = self._check(task, ref, cand, left, flags)
+        mark = len(flags)
+        try:
+            error, first = self._check(task, ref, cand, left, flags)
+        except (Aborted, EvaluationError) as e:
+            if not (self._gpu.shared and _out_of_memory(e)):
+                raise
+            # Out of device memory beside other untimed work: the trials are run again with the device alone, in a
+            # fresh candidate worker and the reference put back as built, so the verdict is the program's own.
+            del flags[mark:]
+            self._gpu.to_exclusive()
+            self._rest(ref)
+            self._renew_candidate(p, left)
+            cand = p.cand
+            error, first = self._check(task, ref, cand, left, flags)
         if any(f.severity == "reject" for f in flags) or error.mismatched or first is None:
             return {"status": "incorrect", "message": self._incorrect_message, "error": error,
                     "flags": flags, "confinement": self._report(cand, left, flags, reported)}
         ph.mark("correctness")
+        self._gpu.to_exclusive()  # nothing else runs on the device while the programs are timed
+        ph.mark("alone")
         self._policies(task, ref, cand, left, flags)
         # -- timing: reference and candidate alternate; every timed call has fresh inputs, outputs checked
         if cfg.compare_compile:

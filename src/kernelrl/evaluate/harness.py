@@ -308,6 +308,8 @@ class Harness:
                 else False
             del xs, kept, out, outs
             self._restore()  # the probe's call leaves no trace in a program that carries state
+            if self.role == "candidate":  # a candidate's first call (`Evaluator._first_call`): trial 1 sees no history
+                self._returned, self._prints = Returned(), {}
             if self.cuda:  # a reference started ahead of its turn keeps no device memory it is not using
                 torch.cuda.empty_cache()
             return header, None

@@ -58,15 +58,21 @@ class ReferencePool:
                 self._refs.pop(k)[0].close()
 
     def _start_reference(self, task: Task) -> tuple[Worker, dict]:
-        key = task.digest
         init = {"role": "reference", "task_source": task.source, "seed": secrets.randbits(31),
                 "fixed_inputs": list(task.meta.fixed_inputs), "cpu_threads": self.config.cpu_threads}
         try:
-            worker = self._spawn(init, self.cache / "build" / f"ref-{key}-{toolchain_key()}")
-            h, _ = worker.request({"op": "ready"}, self.config.timeout_s)  # start-up, beside any GPU stage
-            if h.get("type") != "error":
-                with self._lock:  # the probe runs the reference on the device: not beside a GPU stage's timing
-                    h, _ = worker.request({"op": "trial", "seed": 0, "probe": True}, self.config.timeout_s)
+            worker, h, probed = None, {"type": "error"}, True
+            try:
+                worker, h, probed = self._probed(task, init, alone=not self._gpu.sharing)
+            except WorkerError:
+                if not self._gpu.sharing:
+                    raise
+            if self._gpu.sharing and probed and (h.get("type") == "error" or h.get("problem")):
+                # A probe that failed beside other work (out of device memory, say) is run again alone, in a fresh
+                # worker: a reference is refused only for what it does by itself.
+                if worker is not None:
+                    worker.close()
+                worker, h, _ = self._probed(task, init, alone=True)
         except WorkerError as e:
             last = [line for line in e.stderr_tail.strip().splitlines() if line.strip()][-1:]
             raise EvaluationError(f"{task.name}: the reference does not run: {e}"
@@ -81,6 +87,23 @@ class ReferencePool:
                  "users": 1}  # prepared jobs and timings holding it (never evicted while held)
         self._reserve(worker, state)
         return worker, state
+
+    def _probed(self, task: Task, init: dict, alone: bool) -> tuple[Worker, dict, bool]:
+        """A started reference worker, the reply to its probe (one call on seed 0, undone after: sizes, whether it
+        writes into its inputs or carries state) and whether the probe ran (False: the start failed). The probe
+        runs on the device beside correctness trials and other probes, never beside timing (`gpulock`); `alone`:
+        with the device to itself."""
+        worker = self._spawn(init, self.cache / "build" / f"ref-{task.digest}-{toolchain_key()}")
+        try:
+            h, _ = worker.request({"op": "ready"}, self.config.timeout_s)  # start-up, beside any GPU stage
+            if h.get("type") == "error":
+                return worker, h, False
+            with self._gpu.exclusive() if alone else self._gpu.beside():
+                h, _ = worker.request({"op": "trial", "seed": 0, "probe": True}, self.config.timeout_s)
+            return worker, h, True
+        except BaseException:
+            worker.close()
+            raise
 
     def _reserve(self, worker: Worker, state: dict) -> None:
         """In the CPU stage, allocate the host memory a worker's trial replies will go through (`Worker.reserve`):
@@ -115,16 +138,16 @@ class ReferencePool:
     def time_reference(self, task: Task, compiled: bool = False) -> Timing:
         """Timing of the reference alone (eager, or torch.compile'd), by the method `evaluate` compares on:
         CUDA-graph replay when the timing basis is "device" and the program captures, else per-call latency."""
-        ref, state = self._reference(task)  # before the GPU lock: the probe takes it
+        ref, state = self._reference(task)  # before the GPU stage: the probe waits for its timing
         try:
             return self._time_reference(task, ref, compiled)
         finally:
-            with self._lock:
+            with self._lock, self._gpu.exclusive():
                 self._rest(ref)
             self.let_go(state)
 
     def _time_reference(self, task: Task, ref: Worker, compiled: bool) -> Timing:
-        with self._lock:
+        with self._lock, self._gpu.exclusive():
             if compiled:
                 self._compile_reference(ref, task)
             rounds = self.config.timing_rounds

@@ -264,13 +264,21 @@ class Trials:
 
     def _trials_in_turn(self) -> bool:
         """Whether the reference's trial runs before the candidate's instead of beside it: when the two programs'
-        memory for a trial (inputs, their kept copies, outputs, the candidate's poisoned cache), the evaluator's
-        copies of both outputs and the device memory lent to the workers for them would fill more than half the
-        GPU, as KernelBench's 6 GB activations do on an 80 GB card. Workers give such memory back between
-        requests (`Harness.idle`)."""
-        st = self._current.state
-        need = 4 * st.get("in_bytes", 0) + (8 if devshare.ENABLED else 6) * st.get("out_bytes", 0)  # + lent memory
-        return self.device.type == "cuda" and need > self._device_bytes // 2
+        memory for a trial (`_trial_bytes`) would fill more than half the GPU, as KernelBench's 6 GB activations do
+        on an 80 GB card. Workers give such memory back between requests (`Harness.idle`)."""
+        return self.device.type == "cuda" and self._trial_bytes(self._current.state) > self._device_bytes // 2
+
+    def _shares(self, state: dict, beside: bool = False) -> bool:
+        """Whether a job's untimed work may share the device (`gpulock`): its trials' memory (`_trial_bytes`) is
+        under a quarter of the device's (an eighth for a candidate's first call beside the GPU stage), so that the
+        job in the GPU stage and the two holders at most beside it fit together."""
+        return self._gpu.sharing and self._trial_bytes(state) <= self._device_bytes // (8 if beside else 4)
+
+    @staticmethod
+    def _trial_bytes(state: dict) -> int:
+        """The two programs' memory for a trial: inputs, their kept copies, outputs, the candidate's poisoned cache,
+        the evaluator's copies of both outputs and the device memory lent to the workers for them."""
+        return 4 * state.get("in_bytes", 0) + (8 if devshare.ENABLED else 6) * state.get("out_bytes", 0)
 
     def _out_bytes(self, task: Task) -> int:
         return self._current.state["out_bytes"]

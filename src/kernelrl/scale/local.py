@@ -82,7 +82,7 @@ class LocalScheduler:
         self._closed = False
         self._t0 = time.monotonic()
         n_dev = len(self._devices)
-        n_cpu = cpu_workers or max(lookahead * n_dev, min((os.cpu_count() or 2) // 2, 6 * n_dev))
+        n_cpu = cpu_workers or max(lookahead * n_dev, min((os.cpu_count() or 2) // 2, 8 * n_dev))
         self._max_ahead = lookahead + -(-n_cpu // n_dev) + 1  # waiting, being prepared, being judged
         self._threads = [threading.Thread(target=self._cpu_stage, name=f"prepare-{i}", daemon=True)
                          for i in range(n_cpu)]

@@ -1,0 +1,121 @@
+"""The device's lock: shared by work that is not timed, exclusive for timing.
+
+Timing, graph replay and re-measurement need the device to themselves. Correctness trials, a reference's probe
+and a candidate's first call (its torch.compile or Triton compilation, mostly CPU work) do not: they only need
+that nothing is timed meanwhile. `DeviceLock` lets any number of such holders share the device, and gives it to
+one exclusive holder at a time; an exclusive request waits for the shared holders to finish and keeps new ones
+out (timing is never starved). Holders from outside the GPU stage (probes, first calls) are at most `beside` at
+once, so that the job in the GPU stage keeps most of the device's memory.
+
+On a device that is not shared (`sharing=False`, the CPU: its timing and everyone's compiles contend for the
+same cores) every hold is exclusive.
+"""
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+
+
+class DeviceLock:
+    def __init__(self, sharing: bool = True, beside: int = 2):
+        self.sharing = sharing
+        self._cond = threading.Condition()
+        self._readers = 0
+        self._writer = False
+        self._writers_waiting = 0
+        self._beside = threading.BoundedSemaphore(beside)
+        self._mode: str | None = None  # the GPU stage's hold: "shared", "exclusive" or None
+        self.beside_s = 0.0  # wall seconds holders from outside the GPU stage held the device
+
+    # -- the GPU stage's hold (one at a time: the Evaluator serialises its stages) -----------------------------
+    def hold(self, shared: bool) -> None:
+        """Take the device for the GPU stage: shared (its correctness trials) or exclusive."""
+        if shared and self.sharing:
+            self._acquire_shared()
+            self._mode = "shared"
+        else:
+            self._acquire_exclusive()
+            self._mode = "exclusive"
+
+    def to_exclusive(self) -> None:
+        """The GPU stage's hold made exclusive (before timing): waits for the shared holders beside it."""
+        if self._mode == "exclusive":
+            return
+        with self._cond:
+            self._readers -= 1
+            self._cond.notify_all()
+            self._take_alone()
+        self._mode = "exclusive"
+
+    @property
+    def shared(self) -> bool:
+        """Whether the GPU stage holds the device shared (others may be on it beside its work)."""
+        return self._mode == "shared"
+
+    def let_go(self) -> None:
+        """Give up the GPU stage's hold, if any."""
+        mode, self._mode = self._mode, None
+        if mode == "shared":
+            self._release_shared()
+        elif mode == "exclusive":
+            self._release_exclusive()
+
+    @contextlib.contextmanager
+    def exclusive(self):
+        self._acquire_exclusive()
+        try:
+            yield
+        finally:
+            self._release_exclusive()
+
+    # -- holders from outside the GPU stage --------------------------------------------------------------------
+    @contextlib.contextmanager
+    def beside(self):
+        """Hold the device shared from outside the GPU stage (exclusive where the device is not shared)."""
+        with self._beside:
+            if self.sharing:
+                self._acquire_shared()
+            else:
+                self._acquire_exclusive()
+            t0 = time.monotonic()
+            try:
+                yield
+            finally:
+                with self._cond:
+                    self.beside_s += time.monotonic() - t0
+                if self.sharing:
+                    self._release_shared()
+                else:
+                    self._release_exclusive()
+
+    # -- the lock ------------------------------------------------------------------------------------------
+    def _acquire_shared(self) -> None:
+        with self._cond:
+            while self._writer or self._writers_waiting:
+                self._cond.wait()
+            self._readers += 1
+
+    def _release_shared(self) -> None:
+        with self._cond:
+            self._readers -= 1
+            self._cond.notify_all()
+
+    def _acquire_exclusive(self) -> None:
+        with self._cond:
+            self._take_alone()
+
+    def _take_alone(self) -> None:
+        """With `_cond` held: wait until no one else holds the device (keeping new shared holders out), then hold it."""
+        self._writers_waiting += 1
+        try:
+            while self._writer or self._readers:
+                self._cond.wait()
+        finally:
+            self._writers_waiting -= 1
+        self._writer = True
+
+    def _release_exclusive(self) -> None:
+        with self._cond:
+            self._writer = False
+            self._cond.notify_all()
