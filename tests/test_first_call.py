@@ -1,0 +1,88 @@
+"""A candidate's first call made while it is prepared (`Evaluator._first_call`) and trials that ran out of memory
+beside other work judged again alone, exercised on the CPU: the evaluator is let share its device as it shares a
+GPU (`gpulock`), with room on it for every fixture's trials."""
+from pathlib import Path
+
+import pytest
+
+from kernelrl.evaluate import EvalConfig, Evaluator
+from kernelrl.evaluate.gpulock import DeviceLock
+from kernelrl.evaluate.job import Aborted
+from kernelrl.task import Candidate, Task, identity_candidate
+
+DATA = Path(__file__).parent / "data"
+FAST = dict(device="cpu", correctness_trials=3, timing_rounds=2, timing_precision=0, calls_per_round=5, warmup=1)
+
+
+def _shared(e: Evaluator) -> Evaluator:
+    e._gpu = DeviceLock(sharing=True)  # as on a GPU: untimed work shares the device
+    e._device_bytes = 1 << 40
+    return e
+
+
+@pytest.fixture(scope="module")
+def ev(tmp_path_factory):
+    with Evaluator(EvalConfig(cache_dir=str(tmp_path_factory.mktemp("cache")), timeout_s=120, **FAST)) as e:
+        yield _shared(e)
+
+
+@pytest.fixture(scope="module")
+def task():
+    return Task.from_file(DATA / "eval" / "scale_add.py")
+
+
+def test_a_candidates_first_call_is_made_while_it_is_prepared_and_its_trials_judge_it_as_before(ev, task):
+    v = ev.evaluate(task, Candidate.from_file(DATA / "eval" / "correct.py"))
+    assert v.status == "ok", v.message
+    assert "first_call" in v.phases and v.error.trials == 3 + 1
+
+
+def test_a_first_call_that_fails_decides_nothing_the_gpu_stage_judges_a_fresh_worker(ev, task):
+    v = ev.evaluate(task, Candidate.from_file(DATA / "eval" / "raises.py"))
+    assert v.status == "runtime_error"
+    assert "trial 1" in v.message and "first call" not in v.message  # the verdict came from the GPU stage
+
+
+def test_a_candidate_that_hangs_in_its_first_call_times_out_in_the_gpu_stage(tmp_path, task, monkeypatch):
+    monkeypatch.setattr(Evaluator, "FIRST_CALL_S", 2.0)
+    with Evaluator(EvalConfig(cache_dir=str(tmp_path), timeout_s=12, **FAST)) as e:
+        v = _shared(e).evaluate(task, Candidate.from_file(DATA / "eval" / "hang.py"))
+    assert v.status == "timeout"
+    assert v.phases["first_call"] >= 2.0
+
+
+def test_no_first_call_ahead_of_a_reference_that_carries_state(ev):
+    t = Task.from_file(DATA / "state" / "rnn_stateful.py")
+    v = ev.evaluate(t, identity_candidate(t))
+    assert v.status == "ok", v.message
+    assert "first_call" not in v.phases  # the candidate would be a call ahead of the reference's state
+
+
+def test_trials_that_run_out_of_memory_while_shared_run_again_alone_in_a_fresh_worker(ev, task, monkeypatch):
+    check, seen = ev._check, []
+
+    def short_of_memory_once(*args):
+        seen.append((ev._gpu.shared, args[2]))  # (held shared, the candidate's worker)
+        if len(seen) == 1:
+            args[4].append("a flag of the failed trials, which must not outlive them")
+            raise Aborted({"status": "runtime_error", "message": "trial 1: CUDA out of memory. Tried to allocate"})
+        return check(*args)
+
+    monkeypatch.setattr(ev, "_check", short_of_memory_once)
+    v = ev.evaluate(task, Candidate.from_file(DATA / "eval" / "correct.py"))
+    assert v.status == "ok", v.message
+    assert [s for s, _ in seen] == [True, False]  # shared, then with the device alone
+    assert seen[0][1] is not seen[1][1]  # in a fresh candidate worker
+    assert not any(isinstance(f, str) for f in v.flags)
+
+
+def test_other_failures_while_shared_are_the_programs_verdict(ev, task, monkeypatch):
+    calls = []
+
+    def fails(*args):
+        calls.append(1)
+        raise Aborted({"status": "runtime_error", "message": "trial 1: ValueError: shape mismatch"})
+
+    monkeypatch.setattr(ev, "_check", fails)
+    v = ev.evaluate(task, Candidate.from_file(DATA / "eval" / "correct.py"))
+    assert v.status == "runtime_error" and len(calls) == 1
