@@ -10,6 +10,8 @@
 #   LEVEL="1 2" for some levels; LANE, where copies run side by side (one per GPU), names each one's folder; SRC
 #   names another kernelrl source tree to run (an A/B beside the working tree's, e.g. `git archive` of a commit);
 #   CPU_LANES passes --cpu-lanes, BENCH_ARGS more flags.
+#   scaling: benchmarks/eval_scaling.py on 1 then 2 GPUs through Ray (carry .whl with ray); SCALE_CORPUS=real judges
+#   the real-like corpus instead of identity candidates.
 #   serve_grpo: benchmarks/serve_grpo.py, groups of 8 of that corpus through `kernelrl serve`, into res/serve_grpo;
 #   no group starts in the step's last DRAIN_S seconds (default 240), none is waited for in its last 60.
 #   redteam: `kernelrl redteam` of ${KB:-.kb/suite} under each policy of RT_POLICIES (default "strict kernelbench") into
@@ -91,8 +93,11 @@ for step in "$@"; do
              done;;
     train) timeout "$STEP_S" python3 benchmarks/train_device.py "$RES/train" 2>&1 | tail -20;;
     serve) timeout "$STEP_S" python3 benchmarks/serve_spread.py "$RES/serve_spread" --repeats 5 2>&1 | tail -30;;
-    scaling) timeout "$STEP_S" python3 benchmarks/eval_scaling.py "${KERNELBENCH:-../shared/kernelbench}" \
-               "$RES/eval_scaling" --gpus 1,2 --budget-s $(( (STEP_S - 120) / 2 )) 2>&1 | tail -10;;
+    scaling) corpus=""  # SCALE_CORPUS=real: the real-like corpus (seed SEED) instead of identity candidates
+             if [ "${SCALE_CORPUS:-}" = real ]; then corpus=$(mktemp -d)
+               python3 benchmarks/real_corpus.py "${KB:-.kb/suite}" "$corpus" --seed "${SEED:-0}"; fi
+             timeout "$STEP_S" python3 benchmarks/eval_scaling.py "${KB:-.kb/suite}" "$RES/eval_scaling" --gpus 1,2 \
+               --budget-s $(( (STEP_S - 120) / 2 )) ${corpus:+--corpus "$corpus"} 2>&1 | tail -10;;
     real|grpo) run="$RES/throughput_$step${LANE:+_$LANE}"; corpus=$(mktemp -d); mkdir -p "$run"; per=1; samples=lowest
                [ "$step" = grpo ] && { per=8; samples=all; }
                from="${step^^}_FROM"; from="${!from:-}"  # REAL_FROM or GRPO_FROM: an earlier slice's folder
