@@ -107,6 +107,17 @@ def test_close_cancels_the_jobs_not_yet_judged(config, task):
         s.submit(task, cand("correct"))
 
 
+def test_a_job_cancelled_twice_wakes_its_waiters_once_and_logs_nothing(caplog):
+    from concurrent.futures import Future
+    from kernelrl.scale.local import _cancel, _start
+
+    f = Future()
+    _cancel(f)  # by close()
+    _cancel(f)  # by the CPU lane that was preparing it when close() came
+    assert f.cancelled() and not _start(f)
+    assert not [r for r in caplog.records if r.name == "concurrent.futures"]
+
+
 def test_a_reference_that_does_not_run_fails_its_future_and_the_next_job_runs(config, task):
     bad = Task.from_file(DATA / "broken_import_ref.py")
     with LocalScheduler(config, devices=("cpu",), lookahead=2) as s:

@@ -262,12 +262,21 @@ class LocalScheduler:
                 self._finished_at.append(time.monotonic())
 
 
+_NOTIFYING = threading.Lock()
+
+
 def _start(future: Future) -> bool:
-    """Mark a job's Future running; False (its waiters woken) when it was cancelled."""
-    try:
-        return future.set_running_or_notify_cancel()
-    except RuntimeError:  # cancelled, and its waiters woken, already
-        return False
+    """Mark a job's Future running; False (its waiters woken, once) when it was cancelled. A Future whose waiters
+    were woken already is left alone: `set_running_or_notify_cancel` would log it as an error."""
+    with _NOTIFYING:
+        if getattr(future, "_kernelrl_notified", False):
+            return False
+        try:
+            running = future.set_running_or_notify_cancel()
+        except RuntimeError:  # already running or done
+            return False
+        future._kernelrl_notified = not running
+        return running
 
 
 def _cancel(future: Future) -> None:
