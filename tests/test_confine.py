@@ -227,3 +227,50 @@ def test_a_worker_moves_onto_the_cores_set_aside_for_timing(tmp_path):
         assert os.sched_getaffinity(0) == {core}
     finally:
         os.sched_setaffinity(0, before)
+
+
+def _running(pid: int) -> bool:
+    """Whether `pid` is a live process (a zombie waiting to be reaped is not)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc"), reason="reads /proc (Linux)")
+def test_a_worker_stuck_in_a_loop_ends_when_its_parent_is_killed(tmp_path):
+    """A program stuck in a loop never reads its closed connection: the worker watches for its parent's end."""
+    import time
+
+    script = textwrap.dedent("""
+        import sys, time
+        from pathlib import Path
+        from kernelrl.evaluate.evaluator import HARNESS
+        from kernelrl.sandbox.process import Worker
+        task = ("import torch\\nimport torch.nn as nn\\nclass Model(nn.Module):\\n    def forward(self, x):\\n"
+                "        while True:\\n            pass\\n"
+                "def get_inputs():\\n    return [torch.randn(4)]\\ndef get_init_inputs():\\n    return []\\n")
+        w = Worker(HARNESS, scratch_root=Path(sys.argv[1]), init={"role": "reference", "device": "cpu", "seed": 1,
+                                                            "task_source": task})
+        w.request({"op": "ready"}, 120)
+        w.send({"op": "trial", "seed": 1})
+        print(w.proc.pid, flush=True)
+        time.sleep(600)
+    """)
+    parent = subprocess.Popen([sys.executable, "-c", script, str(tmp_path)], stdout=subprocess.PIPE, text=True)
+    pid = None
+    try:
+        pid = int(parent.stdout.readline())
+        time.sleep(1.0)  # its call is spinning
+        assert _running(pid)
+        parent.kill()
+        parent.wait()
+        deadline = time.monotonic() + 20
+        while _running(pid) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not _running(pid), "the worker outlived its parent"
+    finally:
+        parent.kill()
+        if pid is not None and _running(pid):
+            os.kill(pid, 9)

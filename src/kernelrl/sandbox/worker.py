@@ -67,6 +67,23 @@ def _attach(conn, size: int, spec: dict):
         return None
 
 
+def _exit_with_parent() -> None:
+    """End this worker once its parent is gone (killed, say): a program stuck in a loop never reads the closed
+    connection, and would hold a core, and its device memory, for ever. A daemon thread polls the parent's pid
+    with functions taken before any untrusted code runs."""
+    import threading
+    import time
+
+    parent, getppid, sleep, exit_now = os.getppid(), os.getppid, time.sleep, os._exit
+
+    def watch():
+        while getppid() == parent:
+            sleep(1.0)
+        exit_now(0)
+
+    threading.Thread(target=watch, name="kernelrl-parent-watch", daemon=True).start()
+
+
 def main(argv: list[str]) -> None:
     fd, spec = int(argv[0]), json.loads(argv[1])
     if spec.get("affinity") and hasattr(os, "sched_setaffinity"):
@@ -85,6 +102,7 @@ def main(argv: list[str]) -> None:
     caches = {k: os.environ[k] for k in _CACHE_VARS if k in os.environ}
     _init_cuda(spec)
     applied = _confine(spec)
+    _exit_with_parent()  # confined, and before the handler counts the threads it starts with
     os.environ.update(caches)
     module, _, cls = spec["entry"].partition(":")
     __import__(module)
