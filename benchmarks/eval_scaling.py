@@ -33,9 +33,11 @@ from kernelrl.task import Candidate, Task
 def corpus_jobs(root: Path, corpus: Path, limit: int, seed: int) -> list[tuple[Task, Candidate]]:
     """Every candidate of `limit` tasks (drawn with `seed`) of a real-like corpus (benchmarks/real_corpus.py)."""
     tasks = json.loads((corpus / "corpus.json").read_text())["tasks"]
-    keys = random.Random(seed).sample(sorted(tasks), min(limit, len(tasks)))
-    return [(task, Candidate.from_file(corpus / c["file"]))
-            for key in sorted(keys) for task in [Task.from_file(root / f"{key}.py")] for c in tasks[key]]
+    out = []
+    for key in sorted(random.Random(seed).sample(sorted(tasks), min(limit, len(tasks)))):
+        task = Task.from_file(root / f"{key}.py")
+        out += [(task, Candidate.from_file(corpus / c["file"])) for c in tasks[key]]
+    return out
 
 
 def run(work, gpus: int, budget_s: float, lookahead: int) -> dict:

@@ -65,7 +65,6 @@ def test_at_most_two_holders_stand_beside_the_gpu_stage():
     for t, got in runs:
         assert got.wait(10)
         t.join(10)
-    assert lock.beside_s > 0
 
 
 def test_a_device_that_is_not_shared_gives_every_holder_the_device_alone():

@@ -87,6 +87,8 @@ def bench_command(
         _fail("--timeout, --trials, --rounds and --calls must be positive")
     if cpu_lanes is not None and cpu_lanes < 1:
         _fail(f"--cpu-lanes must be at least 1, not {cpu_lanes}")
+    if cpu_lanes is not None and ray is not None:
+        _fail("--cpu-lanes sets this machine's lanes; with --ray each GPU's actor sets its own: leave one out")
     if time_limit is not None and time_limit <= 0:
         _fail("--time-limit must be positive")
     if resume and out is None:

@@ -35,6 +35,8 @@ class BenchConfig:
             raise ValueError(f"unknown baseline {self.baseline!r}; use one of {', '.join(BASELINES)}")
         if not self.devices:
             raise ValueError("no devices to run on")
+        if self.cpu_lanes is not None and self.ray:
+            raise ValueError("cpu_lanes sets this machine's lanes; on Ray each GPU's actor sets its own")
 
 
 def run_suite(suite: Suite, config: BenchConfig, cache: BaselineCache | None = None,
@@ -60,7 +62,7 @@ def run_suite(suite: Suite, config: BenchConfig, cache: BaselineCache | None = N
     lock = threading.Lock()
     todo = iter(enumerate(suite.tasks))
     stopped = threading.Event()  # set once the caller stops the run
-    lanes = {"cpu_workers": config.cpu_lanes} if config.cpu_lanes and not config.ray else {}
+    lanes = {"cpu_workers": config.cpu_lanes} if config.cpu_lanes else {}
     with make_scheduler(config.eval, config.devices, ray=config.ray, lookahead=config.lookahead, **lanes) as scheduler:
         ev = _Scheduled(scheduler, config)
         env = environment_key(config.devices[0], config.eval) if not config.ray else ""  # no cache with Ray

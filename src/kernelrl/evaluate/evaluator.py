@@ -144,11 +144,11 @@ class Evaluator(CandidateWorkers, ReferencePool, Trials, TimedRounds, Integrity)
         p.phases.mark("first_call")
 
     def _renew_candidate(self, p: Prepared, left) -> None:
-        """Replace a job's candidate worker with a fresh one, loaded and not yet called."""
+        """Replace a job's candidate worker with a fresh one (`_fresh_worker`), loaded and not yet called."""
         p.cand.close()
         self._keep_build(p.candidate, p.slot, False)
-        p.cand, p.slot = self._candidate_worker(p.candidate)
-        self._ask(p.cand, self._load_op(p.task, p.state, p.candidate), left(self.config.build_timeout_s), "build")
+        p.slot = None  # gone with its worker; a fresh worker that fails to build is closed by `_fresh_worker`
+        p.cand, p.slot = self._fresh_worker(p.task, p.candidate, p.state, left(self.config.build_timeout_s), "build")
 
     def judge(self, prepared: Prepared) -> Verdict:
         """The GPU stage of a prepared candidate (correctness, timing, graphs, recheck, report): its Verdict."""

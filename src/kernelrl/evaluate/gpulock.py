@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import threading
-import time
 
 
 class DeviceLock:
@@ -26,17 +25,11 @@ class DeviceLock:
         self._writers_waiting = 0
         self._beside = threading.BoundedSemaphore(beside)
         self._mode: str | None = None  # the GPU stage's hold: "shared", "exclusive" or None
-        self.beside_s = 0.0  # wall seconds holders from outside the GPU stage held the device
 
     # -- the GPU stage's hold (one at a time: the Evaluator serialises its stages) -----------------------------
     def hold(self, shared: bool) -> None:
         """Take the device for the GPU stage: shared (its correctness trials) or exclusive."""
-        if shared and self.sharing:
-            self._acquire_shared()
-            self._mode = "shared"
-        else:
-            self._acquire_exclusive()
-            self._mode = "exclusive"
+        self._mode = self._acquire(shared)
 
     def to_exclusive(self) -> None:
         """The GPU stage's hold made exclusive (before timing): waits for the shared holders beside it."""
@@ -56,54 +49,39 @@ class DeviceLock:
     def let_go(self) -> None:
         """Give up the GPU stage's hold, if any."""
         mode, self._mode = self._mode, None
-        if mode == "shared":
-            self._release_shared()
-        elif mode == "exclusive":
-            self._release_exclusive()
+        if mode is not None:
+            self._release(mode)
 
     @contextlib.contextmanager
     def exclusive(self):
-        self._acquire_exclusive()
+        mode = self._acquire(False)
         try:
             yield
         finally:
-            self._release_exclusive()
+            self._release(mode)
 
     # -- holders from outside the GPU stage --------------------------------------------------------------------
     @contextlib.contextmanager
     def beside(self):
         """Hold the device shared from outside the GPU stage (exclusive where the device is not shared)."""
         with self._beside:
-            if self.sharing:
-                self._acquire_shared()
-            else:
-                self._acquire_exclusive()
-            t0 = time.monotonic()
+            mode = self._acquire(True)
             try:
                 yield
             finally:
-                with self._cond:
-                    self.beside_s += time.monotonic() - t0
-                if self.sharing:
-                    self._release_shared()
-                else:
-                    self._release_exclusive()
+                self._release(mode)
 
     # -- the lock ------------------------------------------------------------------------------------------
-    def _acquire_shared(self) -> None:
+    def _acquire(self, shared: bool) -> str:
+        """Hold the device shared (where it is shared) or alone; the mode held."""
         with self._cond:
-            while self._writer or self._writers_waiting:
-                self._cond.wait()
-            self._readers += 1
-
-    def _release_shared(self) -> None:
-        with self._cond:
-            self._readers -= 1
-            self._cond.notify_all()
-
-    def _acquire_exclusive(self) -> None:
-        with self._cond:
+            if shared and self.sharing:
+                while self._writer or self._writers_waiting:
+                    self._cond.wait()
+                self._readers += 1
+                return "shared"
             self._take_alone()
+            return "exclusive"
 
     def _take_alone(self) -> None:
         """With `_cond` held: wait until no one else holds the device (keeping new shared holders out), then hold it."""
@@ -115,7 +93,10 @@ class DeviceLock:
             self._writers_waiting -= 1
         self._writer = True
 
-    def _release_exclusive(self) -> None:
+    def _release(self, mode: str) -> None:
         with self._cond:
-            self._writer = False
+            if mode == "shared":
+                self._readers -= 1
+            else:
+                self._writer = False
             self._cond.notify_all()

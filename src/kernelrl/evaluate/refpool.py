@@ -60,19 +60,19 @@ class ReferencePool:
     def _start_reference(self, task: Task) -> tuple[Worker, dict]:
         init = {"role": "reference", "task_source": task.source, "seed": secrets.randbits(31),
                 "fixed_inputs": list(task.meta.fixed_inputs), "cpu_threads": self.config.cpu_threads}
+        # A probe that failed beside other work (out of device memory, say) is run again alone, in a fresh worker:
+        # a reference is refused only for what it does by itself.
         try:
-            worker, h, probed = None, {"type": "error"}, True
-            try:
-                worker, h, probed = self._probed(task, init, alone=not self._gpu.sharing)
-            except WorkerError:
-                if not self._gpu.sharing:
-                    raise
-            if self._gpu.sharing and probed and (h.get("type") == "error" or h.get("problem")):
-                # A probe that failed beside other work (out of device memory, say) is run again alone, in a fresh
-                # worker: a reference is refused only for what it does by itself.
-                if worker is not None:
-                    worker.close()
-                worker, h, _ = self._probed(task, init, alone=True)
+            for alone in (False, True) if self._gpu.sharing else (True,):
+                try:
+                    worker, h, probed = self._probed(task, init, alone)
+                except WorkerError:
+                    if alone:
+                        raise
+                    continue
+                if alone or not probed or not (h.get("type") == "error" or h.get("problem")):
+                    break
+                worker.close()
         except WorkerError as e:
             last = [line for line in e.stderr_tail.strip().splitlines() if line.strip()][-1:]
             raise EvaluationError(f"{task.name}: the reference does not run: {e}"

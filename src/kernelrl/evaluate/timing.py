@@ -271,13 +271,13 @@ class TimedRounds:
         p.foreseen = True
         p.fresh = self._ahead.submit(self._fresh_worker, task, p.candidate, p.state)
 
-    def _fresh_worker(self, task, candidate, state) -> tuple[Worker, object]:
+    def _fresh_worker(self, task, candidate, state, timeout: float | None = None,
+                      what: str = "re-measurement build") -> tuple[Worker, object]:
         """A fresh candidate worker with the candidate loaded and built: (worker, its build slot); raises Aborted
-        (with the worker closed) when the build fails."""
+        (with the worker closed) when the build fails. `timeout` defaults to the build's own limit."""
         again, slot = self._candidate_worker(candidate)
         try:
-            self._ask(again, self._load_op(task, state, candidate), self.config.build_timeout_s,
-                      "re-measurement build")
+            self._ask(again, self._load_op(task, state, candidate), timeout or self.config.build_timeout_s, what)
         except BaseException:
             close_fresh(again, slot)
             raise
