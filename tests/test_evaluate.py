@@ -254,6 +254,33 @@ def test_timing_adds_rounds_until_the_speedup_is_precise_and_reports_its_error(t
         assert judge(ev, task, "correct").speedup_stderr is None
 
 
+# Round medians (us) of graph replay on an H200, level1/22_Tanh, the same program on both sides: one round of the
+# candidate's ran 25% slow as a whole (the fourth-run example of `throughput_real_h200x4/levels/level1`).
+TANH_REF = [3027, 3025, 3032, 3024, 3028]
+TANH_CAND = [3032, 3031, 3792, 3023, 3025]
+
+
+def test_a_round_slowed_as_a_whole_asks_for_no_more_rounds_but_rounds_that_disagree_do():
+    from types import SimpleNamespace
+
+    from kernelrl.evaluate.timing import TimedRounds, _relative_stderr
+    timer = SimpleNamespace(config=EvalConfig())  # timing_precision 0.4%, at least 5 rounds
+    assert TimedRounds._precise_enough(timer, TANH_REF, TANH_CAND)  # the speedup's median is 1.000 either way
+    assert _relative_stderr(TANH_REF, TANH_CAND) < 0.001  # all five rounds' standard deviation gives 4%
+    # rounds split between two speeds: no median is precise, more rounds are asked for
+    split = [3000, 3600, 3000, 3600, 3000]
+    assert not TimedRounds._precise_enough(timer, TANH_REF * 2, split * 2)
+    assert not TimedRounds._precise_enough(timer, TANH_REF, split)
+    assert _relative_stderr(TANH_REF, split) > 0.04
+    # fewer rounds than the minimum, or one round: never precise enough
+    assert not TimedRounds._precise_enough(timer, TANH_REF[:4], TANH_CAND[:4])
+    assert _relative_stderr([1.0], [1.0]) == float("inf")
+    # the error is relative and symmetric: twice as fast or twice as slow, the same rounds give the same error
+    double = [2 * c for c in TANH_CAND]
+    assert _relative_stderr(TANH_REF, double) == pytest.approx(_relative_stderr(double, TANH_REF))
+    assert _relative_stderr(TANH_REF, double) == pytest.approx(_relative_stderr(TANH_REF, TANH_CAND))
+
+
 def test_long_calls_get_fewer_calls_per_round_from_the_first_by_the_references_trials(task, tmp_path):
     with Evaluator(EvalConfig(**dict(FAST, warmup=5, cache_dir=str(tmp_path)))) as ev:  # round_us 20 ms
         rounds = [ev._round_for(us) for us in (100.0, 2000.0, 4000.0, 10000.0)]

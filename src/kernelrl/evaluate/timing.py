@@ -331,13 +331,18 @@ def drop_fresh(future) -> None:
 
 
 def _relative_stderr(ref_r: list[float], cand_r: list[float]) -> float:
-    """Standard error of the mean of per-round speedups (the rounds' reference over candidate medians), relative to
-    it (inf with fewer than two rounds)."""
+    """Relative standard error of the speedup from its per-round ratios (the rounds' reference over candidate
+    medians), inf with fewer than two rounds: the standard error of their logarithms' mean, less the fifth of the
+    rounds (rounded down) farthest from their median. The speedup is a ratio of medians, which a round slowed as a
+    whole (a clock change, another process's burst on the host) barely moves; counted, such a round would read as
+    imprecision and ask for every round up to the limit, for a speedup it does not change. Rounds split between two
+    speeds still disagree once the farthest are set aside, and ask for more."""
     if len(ref_r) < 2:
         return math.inf
-    ratios = [a / max(b, 1e-9) for a, b in zip(ref_r, cand_r)]
-    mean = statistics.fmean(ratios)
-    return statistics.stdev(ratios) / math.sqrt(len(ratios)) / mean if mean > 0 else math.inf
+    logs = [math.log(max(a, 1e-9) / max(b, 1e-9)) for a, b in zip(ref_r, cand_r)]
+    mid = statistics.median(logs)
+    kept = sorted(logs, key=lambda x: abs(x - mid))[:len(logs) - len(logs) // 5]
+    return statistics.stdev(kept) / math.sqrt(len(kept))
 
 
 def _ratio(ref: Timing | None, cand: Timing | None) -> float | None:
