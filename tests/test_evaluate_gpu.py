@@ -203,6 +203,7 @@ def test_a_compiled_candidate_makes_its_first_call_before_the_gpu_stage(tmp_path
         v = e.evaluate(t, c)
     assert v.status == "ok", v.message
     assert v.phases["first_call"] > v.phases["correctness"], v.phases  # the compile went before the GPU stage
+    assert 0 < v.phases["compiling"] <= v.phases["first_call"], v.phases  # with the device given back meanwhile
 
 
 def test_a_large_torch_compile_candidate_compiles_its_kernels_in_its_confined_worker(tmp_path):

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from kernelrl.evaluate import EvalConfig, Evaluator
-from kernelrl.evaluate.gpulock import DeviceLock
+from kernelrl.evaluate.gpulock import Beside, DeviceLock
 from kernelrl.evaluate.job import Aborted
 from kernelrl.task import Candidate, Task, identity_candidate
 
@@ -35,6 +35,27 @@ def test_a_candidates_first_call_is_made_while_it_is_prepared_and_its_trials_jud
     v = ev.evaluate(task, Candidate.from_file(DATA / "eval" / "correct.py"))
     assert v.status == "ok", v.message
     assert "first_call" in v.phases and v.error.trials == 3 + 1
+    assert "compiling" not in v.phases  # it compiles nothing: the device stays held for the whole call
+
+
+def test_a_first_call_gives_the_device_back_while_torch_compile_compiles(tmp_path, task, monkeypatch):
+    """The worker says when a compilation starts (`compilegate`): the evaluator lets the device go, so that another
+    job could be timed meanwhile, and holds it again before the compiled code runs."""
+    freed, give_back = [], Beside.give_back
+
+    def give_back_and_time(hold):
+        give_back(hold)
+        with hold._lock.exclusive():  # the device is free: timing could start here
+            freed.append(hold)
+
+    monkeypatch.setattr(Beside, "give_back", give_back_and_time)
+    with Evaluator(EvalConfig(cache_dir=str(tmp_path), timeout_s=240, **FAST)) as e:
+        v = _shared(e).evaluate(task, Candidate.from_file(DATA / "eval" / "compiled.py"))
+    assert v.status == "ok", v.message
+    assert 0 < v.phases["compiling"] <= v.phases["first_call"], v.phases
+    # the probe's hold and the first call's: given back once each at their end, and the first call's again while
+    # it compiled
+    assert len(freed) >= 3 and len(set(map(id, freed))) == 2
 
 
 def test_a_first_call_that_fails_decides_nothing_the_gpu_stage_judges_a_fresh_worker(ev, task):

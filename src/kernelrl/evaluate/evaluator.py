@@ -137,11 +137,34 @@ class Evaluator(CandidateWorkers, ReferencePool, Trials, TimedRounds, Integrity)
         if not self.config.early_first_call or p.state.get("stateful") or not self._shares(p.state, beside=True):
             return
         try:
-            with self._gpu.beside():
-                self._ask(p.cand, {"op": "trial", "seed": 0, "probe": True}, left(self.FIRST_CALL_S), "first call")
+            with self._gpu.beside() as hold:
+                self._gated_call(p, hold, left(self.FIRST_CALL_S))
         except Aborted:
             self._renew_candidate(p, left)
         p.phases.mark("first_call")
+
+    def _gated_call(self, p: Prepared, hold, timeout: float) -> None:
+        """The first call, the device held beside untimed work (`hold`, `DeviceLock.beside`) except while the
+        candidate's torch.compile compiles: its worker says when a compilation starts, once the device has finished
+        its work, and asks for the device again before the compiled code runs (`compilegate`), so that the GPU stage
+        may time meanwhile. The seconds it gave the device back are the phase `compiling` (part of `first_call`)."""
+        end = time.monotonic() + timeout
+        self._send(p.cand, {"op": "trial", "seed": 0, "probe": True, "gate": True}, "first call")
+        given, since = 0.0, None
+        while True:
+            h, _ = self._receive(p.cand, max(end - time.monotonic(), 1e-3), "first call")
+            if h.get("type") != "gate":
+                break
+            if h.get("compiling"):
+                hold.give_back()
+                since = since or time.monotonic()
+            else:
+                given += time.monotonic() - since if since else 0.0
+                since = None
+                hold.take()
+            self._send(p.cand, {"op": "go"}, "first call")
+        if given:
+            p.phases.seen["compiling"] = round(given, 3)
 
     def _renew_candidate(self, p: Prepared, left) -> None:
         """Replace a job's candidate worker with a fresh one (`_fresh_worker`), loaded and not yet called."""

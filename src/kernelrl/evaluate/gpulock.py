@@ -5,7 +5,8 @@ and a candidate's first call (its torch.compile or Triton compilation, mostly CP
 that nothing is timed meanwhile. `DeviceLock` lets any number of such holders share the device, and gives it to
 one exclusive holder at a time; an exclusive request waits for the shared holders to finish and keeps new ones
 out (timing is never starved). Holders from outside the GPU stage (probes, first calls) are at most `beside` at
-once, so that the job in the GPU stage keeps most of the device's memory.
+once, so that the job in the GPU stage keeps most of the device's memory; a first call gives its hold back while
+torch.compile compiles (`compilegate`) and takes it again before the compiled code runs.
 
 On a device that is not shared (`sharing=False`, the CPU: its timing and everyone's compiles contend for the
 same cores) every hold is exclusive.
@@ -63,13 +64,14 @@ class DeviceLock:
     # -- holders from outside the GPU stage --------------------------------------------------------------------
     @contextlib.contextmanager
     def beside(self):
-        """Hold the device shared from outside the GPU stage (exclusive where the device is not shared)."""
-        with self._beside:
-            mode = self._acquire(True)
-            try:
-                yield
-            finally:
-                self._release(mode)
+        """Hold the device shared from outside the GPU stage (exclusive where the device is not shared). Yields the
+        hold (`Beside`), which its holder may give back for a while (a first call compiling) and take again."""
+        hold = Beside(self)
+        hold.take()
+        try:
+            yield hold
+        finally:
+            hold.give_back()
 
     # -- the lock ------------------------------------------------------------------------------------------
     def _acquire(self, shared: bool) -> str:
@@ -100,3 +102,28 @@ class DeviceLock:
             else:
                 self._writer = False
             self._cond.notify_all()
+
+
+class Beside:
+    """A hold on the device from outside the GPU stage (`DeviceLock.beside`): one of the `beside` places and a
+    shared hold, given back and taken again as its holder needs the device."""
+
+    def __init__(self, lock: DeviceLock):
+        self._lock, self._mode = lock, None
+
+    def take(self) -> None:
+        """Hold the device again (waits as `beside` does); nothing where it is held."""
+        if self._mode is None:
+            self._lock._beside.acquire()
+            try:
+                self._mode = self._lock._acquire(True)
+            except BaseException:
+                self._lock._beside.release()
+                raise
+
+    def give_back(self) -> None:
+        """Let the device go, place and hold; nothing where it is not held."""
+        if self._mode is not None:
+            mode, self._mode = self._mode, None
+            self._lock._release(mode)
+            self._lock._beside.release()

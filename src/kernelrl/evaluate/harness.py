@@ -8,6 +8,7 @@ candidate code loads; the parent compares outputs, so expected outputs never exi
 from __future__ import annotations
 
 
+import contextlib
 import importlib.util
 import math
 import os
@@ -77,6 +78,7 @@ class Harness:
             self._idle_bytes = torch.cuda.get_device_properties(self.device).total_memory // IDLE_CACHE_SHARE
         self.fixed_inputs = set()
         self.after_reply = None  # run by the worker once the reply is sent (`sandbox.worker`)
+        self.converse = None  # set by the worker: a message to the evaluator mid-request, and its answer
         self._last_op = None  # the request last answered (`idle`)
         self._redraws_vary = {}  # input index -> whether a new draw of it gives new values
         self.drawn_on_device = False  # whether the last `inputs` ran get_inputs on this worker's device
@@ -283,9 +285,14 @@ class Harness:
         self._poison(op.get("poison_bytes", 0))
         self._perturb(True)
         self._ran = True
+        gate = contextlib.nullcontext()
+        if op.get("gate") and self.converse is not None:  # a first call: the device given back while it compiles
+            from kernelrl.evaluate.compilegate import compile_gate
+            gate = compile_gate(self.converse, self._sync,
+                                torch.cuda.is_current_stream_capturing if self.cuda else (lambda: False))
         try:
             t0 = self._perf()
-            with self._no_grad():
+            with self._no_grad(), gate:
                 out = self.model(*xs)
             self._sync()
             call_us = (self._perf() - t0) * 1e6

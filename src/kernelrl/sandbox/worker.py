@@ -108,6 +108,21 @@ def main(argv: list[str]) -> None:
     __import__(module)
     handler = getattr(sys.modules[module], cls)(spec.get("init", {}), applied, spec["scratch"])
     send_bytes = conn.send_bytes  # taken before any untrusted code can touch the class
+    recv_bytes = conn.recv_bytes
+
+    def converse(header: dict) -> dict:
+        """Mid-request: send `header` to the parent and wait for its answer (an op; "exit" ends the worker)."""
+        send_bytes(wire.encode(header))
+        try:
+            answer = pickle.loads(recv_bytes())
+        except (EOFError, OSError):
+            os._exit(0)
+        if answer.get("op") == "exit":
+            os._exit(0)
+        return answer
+
+    if hasattr(handler, "converse"):
+        handler.converse = converse
     idle = getattr(handler, "idle", None)  # between requests, once the reply and what it held are gone
     spill = spec.get("spill_fd")
     mapped = wire.Mapped(spill) if spill is not None else None  # the spill file page-locked here (`wire`)
