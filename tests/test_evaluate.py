@@ -58,6 +58,22 @@ def test_a_kept_reference_worker_rests_after_each_job_and_serves_the_next(ev, ta
     assert "time" in sent and "trial" in sent
 
 
+def test_the_candidate_builds_while_its_reference_starts(ev):
+    """Both take three seconds to build: the candidate's build is done by the time the reference has started."""
+    t = Task.from_file(DATA / "slow_build_ref.py")
+    v = ev.evaluate(t, Candidate.from_file(DATA / "slow_build.py"))
+    assert v.status == "ok", v.message
+    assert v.phases["reference"] >= 3.0 and v.phases["start_and_build"] < 1.5, v.phases
+
+
+def test_a_candidate_loaded_under_a_seed_its_reference_no_longer_has_is_loaded_again(ev, task, monkeypatch):
+    """A reference replaced while the candidate loaded (evicted and started again) has another seed: the candidate,
+    whose parameters come from the seed as the reference's do, is loaded again under the new one."""
+    seed = ev._reference_seed
+    monkeypatch.setattr(ev, "_reference_seed", lambda t: seed(t) + 1)
+    assert judge(ev, task, "correct").status == "ok"
+
+
 @pytest.mark.parametrize("in_turn", [False, True])
 def test_trials_too_big_to_run_side_by_side_run_the_reference_first_with_the_same_verdicts(ev, task, monkeypatch,
                                                                                             in_turn):

@@ -40,9 +40,10 @@ class CandidateWorkers:
                       confine=self.config.confine, memory_bytes=memory, env=env, init=init,
                       affinity=self._build_cpus)
 
-    def _load_op(self, task: Task, state: dict, candidate: Candidate) -> dict:
-        """The request that gives a started candidate worker its task and its candidate."""
-        return {"op": "load", "source": candidate.source, "task_source": task.source, "seed": state["init"]["seed"],
+    def _load_op(self, task: Task, seed: int, candidate: Candidate) -> dict:
+        """The request that gives a started candidate worker its task and its candidate, built under `seed` (the
+        seed its reference built the task's Model under)."""
+        return {"op": "load", "source": candidate.source, "task_source": task.source, "seed": seed,
                 "fixed_inputs": list(task.meta.fixed_inputs)}
 
     def _start_spare(self) -> tuple[Worker, Path]:

@@ -71,6 +71,7 @@ class Evaluator(CandidateWorkers, ReferencePool, Trials, TimedRounds, Integrity)
         self._gpu = DeviceLock(sharing=self.device.type == "cuda")
         self._refs_lock = threading.RLock()  # self._refs, self._spare, self._starting, self._live
         self._starting: dict[str, threading.Lock] = {}  # one reference start per task at a time
+        self._next_seeds: dict[str, int] = {}  # task digest -> the seed its next reference start takes
         self._live: set[Prepared] = set()
         self._closed = False
         self.cache = self.config.cache_path
@@ -101,16 +102,27 @@ class Evaluator(CandidateWorkers, ReferencePool, Trials, TimedRounds, Integrity)
                      static=_static_flags(candidate.source, task.source))
         with self._refs_lock:
             self._live.add(p)
-        try:  # the candidate's worker boots while the reference starts (or is found kept)
+        left = self._left(p.t0 + self.config.timeout_s)
+        try:  # the candidate's worker boots, loads and builds while the reference starts (or is found kept)
             p.cand, p.slot = self._candidate_worker(candidate)
+            seed = self._reference_seed(task)
+            built = time.monotonic() + self.config.build_timeout_s
+            try:
+                self._send(p.cand, self._load_op(task, seed, candidate), "build")
+                sent = None
+            except Aborted as a:  # the worker is gone: its verdict, once the reference runs
+                sent = a
             p.ref, p.state = self._reference(task)
         except BaseException:
             self.release(p)
             raise
         p.phases.mark("reference")
-        left = self._left(p.t0 + self.config.timeout_s)
         try:
-            self._ask(p.cand, self._load_op(task, p.state, candidate), left(self.config.build_timeout_s), "build")
+            if sent is not None:
+                raise sent
+            self._receive(p.cand, left(max(built - time.monotonic(), 1e-3)), "build")
+            if p.state["init"]["seed"] != seed:  # the reference was started again meanwhile, under another seed
+                self._renew_candidate(p, left)
             self._reserve(p.cand, p.state)
             p.kept = True
             p.phases.mark("start_and_build")

@@ -50,6 +50,17 @@ class ReferencePool:
                 self._evict()
             return worker, state
 
+    def _reference_seed(self, task: Task) -> int:
+        """The seed the task's reference builds its Model under: the kept worker's, or the one its next start takes
+        (`_start_reference`). A candidate loads under it while the reference starts (`Evaluator.prepare`); where the
+        reference was replaced meanwhile (evicted and started again), the candidate is loaded again under the new
+        one's."""
+        with self._refs_lock:
+            kept = self._refs.get(task.digest)
+            if kept is not None and kept[0].alive:
+                return kept[1]["init"]["seed"]
+            return self._next_seeds.setdefault(task.digest, secrets.randbits(31))
+
     def _evict(self) -> None:
         """Close least recently used reference workers beyond the limit, sparing those a job still holds."""
         with self._refs_lock:
@@ -58,7 +69,10 @@ class ReferencePool:
                 self._refs.pop(k)[0].close()
 
     def _start_reference(self, task: Task) -> tuple[Worker, dict]:
-        init = {"role": "reference", "task_source": task.source, "seed": secrets.randbits(31),
+        with self._refs_lock:
+            seed = self._next_seeds.pop(task.digest, None)
+        init = {"role": "reference", "task_source": task.source,
+                "seed": secrets.randbits(31) if seed is None else seed,
                 "fixed_inputs": list(task.meta.fixed_inputs), "cpu_threads": self.config.cpu_threads}
         # A probe that failed beside other work (out of device memory, say) is run again alone, in a fresh worker:
         # a reference is refused only for what it does by itself.

@@ -277,7 +277,8 @@ class TimedRounds:
         (with the worker closed) when the build fails. `timeout` defaults to the build's own limit."""
         again, slot = self._candidate_worker(candidate)
         try:
-            self._ask(again, self._load_op(task, state, candidate), timeout or self.config.build_timeout_s, what)
+            self._ask(again, self._load_op(task, state["init"]["seed"], candidate),
+                      timeout or self.config.build_timeout_s, what)
         except BaseException:
             close_fresh(again, slot)
             raise

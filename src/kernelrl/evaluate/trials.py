@@ -161,7 +161,8 @@ class Trials:
             return
         again, slot = self._candidate_worker(p.candidate)
         try:
-            self._ask(again, self._load_op(task, p.state, p.candidate), left(self.config.build_timeout_s),
+            self._ask(again, self._load_op(task, p.state["init"]["seed"], p.candidate),
+                      left(self.config.build_timeout_s),
                       "judging the trial again")
             full = dict(op, full=True)
             rh, rt = p.ref.request(full, left())
