@@ -5,7 +5,7 @@ waits for it. Most of a torch.compile candidate's first call is its compilation:
 Inductor's code generation and kernel builds, work of the CPU that launches nothing on the device. `compile_gate`
 tells the evaluator when such a compilation starts, once the device has finished this worker's work, so that the
 device may be timed meanwhile, and asks for it again before the compiled code runs. Inductor's own measurements of
-kernels while it compiles (`benchmarker.benchmark_gpu`, as its padding pass does) ask for the device first too.
+kernels while it compiles (its padding pass, max-autotune's choices: `MEASURING`) ask for the device first too.
 
 `converse(header)` sends a message to the evaluator and waits for its answer (`sandbox.worker`): {"type": "gate",
 "compiling": True} once the device is given back, {"type": "gate", "compiling": False} to have it again.
@@ -29,7 +29,6 @@ def compile_gate(converse, sync, capturing):
         from torch._dynamo.callback import callback_handler
         from torch._inductor.runtime import benchmarking
         bench = benchmarking.benchmarker
-        measure = bench.benchmark_gpu
     except (ImportError, AttributeError):
         yield
         return
@@ -42,36 +41,53 @@ def compile_gate(converse, sync, capturing):
 
     def give(*args) -> None:
         trigger = getattr(args[0], "callback_trigger", None) if args else None
-        if given[0] or (trigger is not None and getattr(trigger, "name", "") != "DYNAMO") \
-                or capturing():
+        if given[0] or (trigger is not None and getattr(trigger, "name", "") != "DYNAMO") or capturing():
             return  # CUDA graph recording and runtime autotuning run on the device: they keep it
         sync()
         converse({"type": "gate", "compiling": True})
         given[0] = True
 
-    def measured(*args, **kw):  # Inductor times kernels on the device while it compiles: with the device held
+    def end(*args) -> None:
+        take()
+
+    @contextlib.contextmanager
+    def measuring():  # Inductor times kernels on the device while it compiles: with the device held
         was = given[0]
         take()
         try:
-            return measure(*args, **kw)
+            yield
         finally:
             if was:
                 give()
 
-    def end(*args) -> None:
-        take()
+    def held(method):
+        def measured(*args, **kw):
+            with measuring():
+                return method(*args, **kw)
+        return measured
 
+    methods = {name: getattr(bench, name) for name in MEASURING if hasattr(bench, name)}
+    own = {name for name in methods if name in vars(bench)}
+    hook = getattr(benchmarking, "set_gpu_benchmark_lock_context", None)  # torch 2.13 on: every measurement
     callback_handler.register_start_callback(give)
     callback_handler.register_end_callback(end)
-    own = "benchmark_gpu" in vars(bench)
-    bench.benchmark_gpu = measured
+    for name, method in methods.items():
+        setattr(bench, name, held(method))
+    previous = hook(measuring) if hook is not None else None
     try:
         yield
     finally:
+        if hook is not None:
+            hook(previous)
+        for name, method in methods.items():
+            if name in own:
+                setattr(bench, name, method)
+            else:
+                delattr(bench, name)
         callback_handler.remove_start_callback(give)
         callback_handler.remove_end_callback(end)
-        if own:
-            bench.benchmark_gpu = measure
-        else:
-            del bench.benchmark_gpu
         take()  # a compilation that failed may not have ended: the rest of the call holds the device
+
+
+# Inductor's measurements of kernels on the device (`torch._inductor.runtime.benchmarking.benchmarker`)
+MEASURING = ("benchmark", "benchmark_gpu", "benchmark_gpu_with_cuda_graph")
