@@ -1,4 +1,4 @@
-"""scale_add whose Model takes three seconds to build (a large model's construction, say)."""
+"""scale_add whose Model takes five seconds to build (a large model's construction, say)."""
 import time
 
 import torch
@@ -8,7 +8,7 @@ import torch.nn as nn
 class Model(nn.Module):
     def __init__(self, n):
         super().__init__()
-        time.sleep(3.0)
+        time.sleep(5.0)
         self.w = nn.Parameter(torch.randn(n))
         self.b = nn.Parameter(torch.randn(n))
 
