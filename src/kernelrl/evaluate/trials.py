@@ -4,7 +4,6 @@ with the causes a failed trial's evidence names."""
 from __future__ import annotations
 
 import secrets
-import shutil
 
 import torch
 
@@ -15,6 +14,7 @@ from kernelrl.task import Task
 from kernelrl.verdict import ErrorStats, Flag
 from kernelrl.evaluate.job import Aborted
 from kernelrl.evaluate.refpool import _raise_reference
+from kernelrl.evaluate.timing import close_fresh
 
 
 class Trials:
@@ -159,11 +159,12 @@ class Trials:
         p = self._current
         if p.state.get("stateful"):
             return
-        again, slot = self._candidate_worker(p.candidate)
         try:
-            self._ask(again, self._load_op(task, p.state["init"]["seed"], p.candidate),
-                      left(self.config.build_timeout_s),
-                      "judging the trial again")
+            again, slot = self._fresh_worker(task, p.candidate, p.state, left(self.config.build_timeout_s),
+                                             "judging the trial again")
+        except Aborted:
+            return
+        try:
             full = dict(op, full=True)
             rh, rt = p.ref.request(full, left())
             ch, ct = self._ask(again, full, left(), "judging the trial again")
@@ -175,9 +176,7 @@ class Trials:
         except Aborted:
             return
         finally:
-            again.close()
-            if slot is not None:
-                shutil.rmtree(slot, ignore_errors=True)
+            close_fresh(again, slot)
         if m2.ok:
             flags.append(Flag("nondeterministic", f"{what} failed after the trials before it passed ({m.reason}); "
                                                   "the same trial passed as the first call of a fresh worker: the "
