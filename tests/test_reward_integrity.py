@@ -182,6 +182,28 @@ def test_roofline_floor_flags_a_time_no_memory_could_write_the_outputs():
     assert roofline.below_floor(1.0, 64 << 20, peaks) is not None  # 64 MiB in a microsecond
 
 
+def test_roofline_judges_the_fastest_call_so_a_loaded_machine_cannot_lift_a_faked_time_over_the_floor():
+    from kernelrl.evaluate.guards import roofline
+    from kernelrl.evaluate.integrity import Integrity
+    from kernelrl.verdict import Timing
+
+    # A time that hides forward's work leaves the harness's own overhead per call: 3 µs, stretched past the
+    # 64 MiB floor (168 µs here) in most calls of a run on a loaded machine. One call it did not slow is enough.
+    class _Judge(Integrity):
+        def _peaks(self):
+            return roofline.Peaks(50e9)
+
+    faked = Timing.from_samples([3.0, 240.0, 260.0, 250.0, 3.5], "perf_counter")
+    assert faked.median_us > roofline.floor_us(64 << 20, roofline.Peaks(50e9))
+    flags = []
+    _Judge()._roofline({"written_bytes": 64 << 20}, {"cand_header": {}}, faked, flags)
+    assert [f.hack for f in flags] == ["impossible_speed"]
+    honest = Timing.from_samples([1300.0, 1350.0, 1500.0], "perf_counter")
+    flags = []
+    _Judge()._roofline({"written_bytes": 64 << 20}, {"cand_header": {}}, honest, flags)
+    assert flags == []
+
+
 def test_roofline_floor_never_refuses_an_honest_time_when_the_machine_is_loaded():
     from kernelrl.evaluate.guards import roofline
 
