@@ -58,6 +58,24 @@ def test_a_first_call_gives_the_device_back_while_torch_compile_compiles(tmp_pat
     assert len(freed) >= 3 and len(set(map(id, freed))) == 2
 
 
+def test_a_first_call_is_made_early_where_the_call_fits_beside_the_gpu_stage_though_its_trials_do_not(tmp_path, task):
+    """A gigabyte task's trials (both programs, kept copies, the evaluator's copies) are several times one call's
+    memory: the first call is judged by its own (`_calls_beside`), so that a torch.compile candidate of such a task
+    compiles beside the GPU stage instead of in it."""
+    with Evaluator(EvalConfig(cache_dir=str(tmp_path), timeout_s=120, **FAST)) as e:
+        _shared(e)
+        state = e._reference(task)[1]
+        e._device_bytes = 4 * e._call_bytes(state)  # one call is a quarter of the device; the trials far more
+        assert not e._shares(state) and e._trial_bytes(state) > e._device_bytes // 8
+        v = e.evaluate(task, Candidate.from_file(DATA / "eval" / "correct.py"))
+        assert v.status == "ok", v.message
+        assert "first_call" in v.phases
+        e._device_bytes = 4 * e._call_bytes(state) - 1  # a call over a quarter of the device: made in the GPU stage
+        v = e.evaluate(task, Candidate.from_file(DATA / "eval" / "correct.py"))
+        assert v.status == "ok", v.message
+        assert "first_call" not in v.phases
+
+
 def test_a_first_call_that_fails_decides_nothing_the_gpu_stage_judges_a_fresh_worker(ev, task):
     v = ev.evaluate(task, Candidate.from_file(DATA / "eval" / "raises.py"))
     assert v.status == "runtime_error"

@@ -142,11 +142,11 @@ class Evaluator(CandidateWorkers, ReferencePool, Trials, TimedRounds, Integrity)
         torch.compile and Triton compile a program's kernels at its first call, seconds of mostly CPU work that
         would otherwise hold the GPU stage. One call on seed 0 (no trial's secret seed), its outputs dropped and the
         candidate's output history cleared after it (`Harness.op_trial`). Skipped where the task's reference
-        carries state from call to call (the candidate would be a call ahead of it) and where the trials' memory is
-        more than a small share of the device's (`_shares`). A first call that fails or outlasts `FIRST_CALL_S`
+        carries state from call to call (the candidate would be a call ahead of it) and where the call's memory is
+        more than a quarter of the device's (`_calls_beside`). A first call that fails or outlasts `FIRST_CALL_S`
         here decides nothing: the candidate gets a fresh worker and the GPU stage makes its first call, as where
         this one is skipped."""
-        if not self.config.early_first_call or p.state.get("stateful") or not self._shares(p.state, beside=True):
+        if not self.config.early_first_call or p.state.get("stateful") or not self._calls_beside(p.state):
             return
         try:
             with self._gpu.beside() as hold:

@@ -268,11 +268,24 @@ class Trials:
         on an 80 GB card. Workers give such memory back between requests (`Harness.idle`)."""
         return self.device.type == "cuda" and self._trial_bytes(self._current.state) > self._device_bytes // 2
 
-    def _shares(self, state: dict, beside: bool = False) -> bool:
-        """Whether a job's untimed work may share the device (`gpulock`): its trials' memory (`_trial_bytes`) is
-        under a quarter of the device's (an eighth for a candidate's first call beside the GPU stage), so that the
-        job in the GPU stage and the two holders at most beside it fit together."""
-        return self._gpu.sharing and self._trial_bytes(state) <= self._device_bytes // (8 if beside else 4)
+    def _shares(self, state: dict) -> bool:
+        """Whether a job's trials may share the device (`gpulock`): their memory (`_trial_bytes`) is under a
+        quarter of the device's."""
+        return self._gpu.sharing and self._trial_bytes(state) <= self._device_bytes // 4
+
+    def _calls_beside(self, state: dict) -> bool:
+        """Whether a candidate's first call may run beside the GPU stage: its own memory (`_call_bytes`) is under a
+        quarter of the device's. With trials that share (under a quarter) and at most two such calls beside them
+        (`DeviceLock`), three quarters of the device at most; trials that do not share hold the device alone.
+        A first call that runs out of memory there decides nothing (`_first_call`), and trials that do run again
+        alone (`_evaluate`)."""
+        return self._gpu.sharing and self._call_bytes(state) <= self._device_bytes // 4
+
+    @staticmethod
+    def _call_bytes(state: dict) -> int:
+        """A candidate's memory for one call: its inputs and their kept copy, its outputs and as much again for
+        what it allocates on the way."""
+        return 2 * state.get("in_bytes", 0) + 2 * state.get("out_bytes", 0)
 
     @staticmethod
     def _trial_bytes(state: dict) -> int:
