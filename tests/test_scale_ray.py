@@ -114,9 +114,18 @@ def test_a_broken_reference_fails_its_future_without_a_retry(sched):
     assert sched.stats().retried == retried
 
 
-def test_closing_cancels_what_is_still_queued(cluster, config):
-    sched = RayScheduler(config, cpu_evaluators=1, lookahead=1)  # holds 2 jobs: the other 3 stay queued
-    futures = [sched.submit(task(), cand("correct")) for _ in range(5)]
+def test_an_actor_holds_what_keeps_its_pipeline_full_and_closing_cancels_what_is_still_queued(cluster, config):
+    """Once up, an actor is given as many jobs as its LocalScheduler keeps going (its CPU lanes' builds too), not
+    only its device's job and lookahead: with those alone, real candidates' builds starved its GPU."""
+    sched = RayScheduler(config, cpu_evaluators=1, lookahead=1)
+    sched.device_names(timeout_s=300)
+    held = ray.get(sched._slots[0].actor.where.remote())["capacity"]
+    assert sched.capacity == held > sched.per_actor
+    futures = [sched.submit(task(), cand("correct")) for _ in range(held + 3)]
+    deadline = time.monotonic() + 60
+    while sched.stats().running < held and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert sched.stats().running == held  # the other 3 stay queued
     futures[0].result(timeout=300)
     sched.close()
     assert all(f.done() for f in futures)

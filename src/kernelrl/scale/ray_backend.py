@@ -76,7 +76,8 @@ class EvaluatorActor:
 
         gpus = ray.get_gpu_ids()
         return {"node": ray.get_runtime_context().get_node_id(), "ip": ray.util.get_node_ip_address(),
-                "pid": os.getpid(), "gpu": str(gpus[0]) if gpus else None, "model": device_name(self._device)}
+                "pid": os.getpid(), "gpu": str(gpus[0]) if gpus else None, "model": device_name(self._device),
+                "capacity": self._local.capacity}
 
     def evaluate(self, task: dict, candidate: dict, policy: str | None) -> tuple[dict, bool, float]:
         """The Verdict (as a dict), whether the device is still healthy after it, and the device's busy fraction."""
@@ -114,6 +115,7 @@ class _Slot:
     name: str = ""                                # ip/device, once up
     model: str = ""                               # the device's hardware name, once up
     inflight: dict = field(default_factory=dict)  # ObjectRef -> _Job
+    capacity: int = 0                             # jobs it holds at once: its pipeline's, once up
     busy: float = 0.0                             # its device's busy fraction, as last reported
     failed_starts: int = 0                        # actors in this place that died before they were up
     gone: bool = False                            # given up: its actors would not start
@@ -148,8 +150,11 @@ class RayScheduler:
             self._config = config.with_(device="cpu").to_dict()
             count = cpu_evaluators or max(1, int(ray.cluster_resources().get("CPU", 1)) // 2)
         self._actor_cls = ray.remote(EvaluatorActor)
-        # Each actor holds the job its device judges plus `lookahead` being prepared beside it.
+        # Until it is up, an actor is counted as holding the job its device judges plus `lookahead` being prepared;
+        # once up, it holds what keeps its pipeline full (`LocalScheduler.capacity`: the jobs its CPU lanes prepare
+        # too), at most `most_per_actor`: with fewer, real candidates' builds starve its GPU.
         self.max_attempts, self.lookahead, self.per_actor = max_attempts, lookahead, lookahead + 1
+        self.most_per_actor = lookahead + max(lookahead, 8) + 1
         self._lock = threading.RLock()
         self._wake = threading.Event()
         self._pending: collections.deque[_Job] = collections.deque()
@@ -180,8 +185,9 @@ class RayScheduler:
 
     @property
     def capacity(self) -> int:
-        """Jobs the cluster's actors hold at once: callers that wait on each job keep this many going."""
-        return self.per_actor * len(self._slots)
+        """Jobs the cluster's actors hold at once (each its pipeline's once up): callers that wait on each job keep
+        this many going."""
+        return sum(s.capacity for s in self._slots)
 
     def device_names(self, timeout_s: float = 600.0) -> tuple[str, ...]:
         """The hardware names of the cluster's evaluator devices, once every actor is up (or `timeout_s` passed)."""
@@ -232,9 +238,10 @@ class RayScheduler:
 
     # -- actors -------------------------------------------------------------------------------------------
     def _start_actor(self, index: int, failed_starts: int = 0) -> _Slot:
-        actor = self._actor_cls.options(max_restarts=0, max_task_retries=0, max_concurrency=self.per_actor,
+        actor = self._actor_cls.options(max_restarts=0, max_task_retries=0, max_concurrency=self.most_per_actor + 1,
                                         **self._options).remote(self._config, self.lookahead)
-        return _Slot(actor=actor, ready_ref=actor.where.remote(), index=index, failed_starts=failed_starts)
+        return _Slot(actor=actor, ready_ref=actor.where.remote(), index=index, failed_starts=failed_starts,
+                     capacity=self.per_actor)
 
     def _replace(self, slot: _Slot, why: str, failed_start: bool = False) -> None:
         """Put the slot's jobs back at the front of the queue and start a fresh actor in its place."""
@@ -301,7 +308,7 @@ class RayScheduler:
     def _assign(self) -> None:
         """Give queued jobs to ready actors with room (called with the lock held)."""
         for slot in self._slots:
-            while slot.ready and len(slot.inflight) < self.per_actor and self._pending:
+            while slot.ready and len(slot.inflight) < slot.capacity and self._pending:
                 job = self._pending.popleft()
                 if job.attempts == 0 and not job.future.set_running_or_notify_cancel():
                     continue  # cancelled by the caller while queued
@@ -333,6 +340,7 @@ class RayScheduler:
             kind = f"cuda:{where['gpu']}" if where["gpu"] is not None else f"cpu:{slot.index}"
             with self._lock:
                 slot.ready, slot.name, slot.model = True, f"{where['ip']}/{kind}", where["model"]
+                slot.capacity = max(1, min(int(where.get("capacity") or self.per_actor), self.most_per_actor))
             return
         try:
             answer, healthy, busy = ray.get(ref)
