@@ -2,7 +2,7 @@
 
 Run on the GPU machine from the repository root:
     python3 benchmarks/gemm_device.py --deadline 500 [--shapes grid|models] [--skip-tests]
-Every phase resumes from the committed results of this GPU model (H100 or H200: `gemm_tune_h100.jsonl.gz`,
+Every phase resumes from the committed results of this GPU model (H100 or H200: `gemm_tune_h100.jsonl.xz`,
 `tuned_h100.json`, ...), so successive calls continue where the last one stopped. `--shapes models` benchmarks the
 x @ W.T layout against F.linear into `gemm_models_<gpu>.csv.gz` (one file for both dtypes; benchmark CSVs are kept
 gzipped).
@@ -10,7 +10,6 @@ gzipped).
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
 import os
 import shutil
@@ -194,7 +193,7 @@ def main() -> None:
         host_overhead()
     from kernelrl.gemm.shapes import Shape, read_shapes
     from kernelrl.gemm.report import read_rows
-    from kernelrl.gemm.table import from_records, read_records
+    from kernelrl.gemm.table import from_records, open_packed, read_records
     from kernelrl.gemm.tune import (SEEDED, TuneOptions, against_linear, augment, cutlass_runtime, demote,
                                     demote_consistent,
                                     neighbourhood, redecide, retime, seeds_from, tiled_fixed, tune)
@@ -204,12 +203,12 @@ def main() -> None:
     layout = args.layout or ("nt" if args.shapes == "models" else "nn")
     csv_path = RESULTS / (f"gemm_models_{gpu}.csv.gz" if args.shapes == "models" else
                           f"gemm_{gpu}.csv.gz" if args.dtype == "fp16" else f"gemm_{gpu}_{args.dtype}.csv.gz")
-    tune_gz = RESULTS / f"gemm_tune_{gpu}.jsonl.gz"
+    tune_xz = RESULTS / f"gemm_tune_{gpu}.jsonl.xz"
     table_name = f"tuned_{gpu}.json"
     work = Path(f"/tmp/gemm_tune_{gpu}.jsonl")
     work.unlink(missing_ok=True)  # a warm machine keeps /tmp: start from the committed records only
-    if tune_gz.is_file():
-        with gzip.open(tune_gz, "rb") as src, work.open("wb") as dst:
+    if tune_xz.is_file():
+        with open_packed(tune_xz, "rb") as src, work.open("wb") as dst:
             shutil.copyfileobj(src, dst)
     if args.retune_between:
         from kernelrl.gemm.tune import estimate_torch_us
@@ -253,13 +252,13 @@ def main() -> None:
             runs = [read_rows(Path(name)) for name in args.demote_consistent.split(",")]
             log(f"demoted {demote_consistent(work, runs, log=log)} shapes slower in all of {len(runs)} benchmarks")
     finally:
-        with work.open("rb") as src, gzip.open(OUT / tune_gz.name, "wb") as dst:
+        with work.open("rb") as src, open_packed(OUT / tune_xz.name, "wb") as dst:
             shutil.copyfileobj(src, dst)
         if Path(os.environ["TRITON_CACHE_DIR"]).is_dir():  # nothing compiled, nothing cached
             with tarfile.open(OUT / "gemm_triton_cache.tar.gz", "w:gz") as t:
                 t.add(os.environ["TRITON_CACHE_DIR"], arcname="triton")
     records = read_records(work)
-    meta = {**env, "source": f"benchmarks/results/{tune_gz.name}", "shapes": len(records)}
+    meta = {**env, "source": f"benchmarks/results/{tune_xz.name}", "shapes": len(records)}
     table = from_records(records, meta)
     table.save(OUT / table_name)
     log(f"table: {len(table.entries)} shapes, {len(table.lookup())} not torch")

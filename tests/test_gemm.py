@@ -2,6 +2,7 @@
 resume, dispatch fallback, report and CLI."""
 import gzip
 import json
+import lzma
 import math
 import shutil
 import statistics
@@ -1289,14 +1290,17 @@ def test_the_final_choice_takes_a_kernel_only_when_it_is_measurably_not_slower(m
     assert statistics.median(noisy) < 9.9 and run(ten, noisy) == "torch"
 
 
-def test_gzipped_records_are_unpacked_appended_and_packed_again(tmp_path):
-    p = tmp_path / "r.jsonl.gz"
-    with gzip.open(p, "wt") as f:
+@pytest.mark.parametrize("suffix, packer", [(".gz", gzip.open), (".xz", lzma.open)])
+def test_packed_records_are_unpacked_appended_and_packed_again(tmp_path, suffix, packer):
+    p = tmp_path / f"r.jsonl{suffix}"
+    with packer(p, "wt") as f:
         f.write(json.dumps({"m": 1}) + "\n")
     with plain_results(p) as work:
         with work.open("a") as f:
             f.write(json.dumps({"m": 2}) + "\n")
     assert [r["m"] for r in read_records(p)] == [1, 2]
+    with packer(p, "rt") as f:  # packed again the same way
+        assert [json.loads(line)["m"] for line in f] == [1, 2]
 
 
 # --- dispatch -------------------------------------------------------------------------------------------

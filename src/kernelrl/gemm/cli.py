@@ -16,7 +16,7 @@ err = Console(stderr=True)
 out = Console()
 
 RESULTS = Path("benchmarks/results")
-DEFAULT_RECORDS = RESULTS / "gemm_tune_h200.jsonl.gz"
+DEFAULT_RECORDS = RESULTS / "gemm_tune_h200.jsonl.xz"
 DEFAULT_CSV = RESULTS / "gemm_h200.csv.gz"
 
 
@@ -47,7 +47,7 @@ def tune(
     shapes: str = typer.Option("grid", help="`grid` (1000 shapes), `models` (the linear layers of five open LLMs), "
                                             "MxNxK[,MxNxK...], or a CSV with m,n,k"),
     dtype: str = typer.Option("fp16", help="fp16 or bf16"),
-    results: Path = typer.Option(DEFAULT_RECORDS, help="per-shape records (JSONL, .gz allowed); resumed"),
+    results: Path = typer.Option(DEFAULT_RECORDS, help="per-shape records (JSONL, .gz or .xz allowed); resumed"),
     table: Path = typer.Option(None, help="write the tuned table here (default: the committed table of this GPU)"),
     deadline: float = typer.Option(math.inf, help="stop after this many seconds (rerun to resume)"),
     seed_dtype: str = typer.Option(None, help="seed each shape's search with its best kernels recorded in this "

@@ -120,12 +120,26 @@ def from_records(records: list[dict], meta: dict) -> Table:
     return Table(tuple(by_key.values()), meta)
 
 
-def read_records(path: Path) -> list[dict]:
-    """The tuner's JSONL records (lines cut short by a stopped run are skipped)."""
+PACKED = (".gz", ".xz")  # records kept packed: gzip, or xz (the tuner's records: a third smaller than gzip)
+
+
+def open_packed(path: Path, mode: str = "rt"):
+    """`path` opened in `mode`, through gzip (`.gz`) or xz (`.xz`) where its name says so."""
     import gzip
+    import lzma
 
     path = Path(path)
-    text = gzip.open(path, "rt").read() if path.suffix == ".gz" else path.read_text()
+    if path.suffix == ".gz":
+        return gzip.open(path, mode)
+    if path.suffix == ".xz":
+        return lzma.open(path, mode, **({"preset": 9 | lzma.PRESET_EXTREME} if "w" in mode else {}))
+    return path.open(mode)
+
+
+def read_records(path: Path) -> list[dict]:
+    """The tuner's JSONL records, plain or packed (`open_packed`; lines cut short by a stopped run are skipped)."""
+    with open_packed(path) as f:
+        text = f.read()
     out = []
     for line in text.splitlines():
         try:

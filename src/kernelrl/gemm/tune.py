@@ -6,7 +6,6 @@ search that stops (a device lease ending) resumes where it stopped.
 from __future__ import annotations
 
 import contextlib
-import gzip
 import json
 import math
 import re
@@ -717,20 +716,23 @@ def seeds_from(path: Path, dtype: str, top: int = SEEDS_PER_SHAPE) -> dict[tuple
 
 @contextlib.contextmanager
 def plain_results(path: Path):
-    """Yield a plain JSONL path to append to; a `.gz` results file is unpacked first and packed again after."""
+    """Yield a plain JSONL path to append to; a packed results file (`.gz`, `.xz`) is unpacked first and packed
+    again after."""
+    from kernelrl.gemm.table import PACKED, open_packed
+
     path = Path(path)
-    if path.suffix != ".gz":
+    if path.suffix not in PACKED:
         yield path
         return
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp) / path.stem
         if path.is_file():
-            with gzip.open(path, "rb") as src, work.open("wb") as dst:
+            with open_packed(path, "rb") as src, work.open("wb") as dst:
                 shutil.copyfileobj(src, dst)
         try:
             yield work
         finally:
             if work.is_file():
                 path.parent.mkdir(parents=True, exist_ok=True)
-                with work.open("rb") as src, gzip.open(path, "wb") as dst:
+                with work.open("rb") as src, open_packed(path, "wb") as dst:
                     shutil.copyfileobj(src, dst)
