@@ -185,8 +185,10 @@ class RayScheduler:
 
     @property
     def capacity(self) -> int:
-        """Jobs the cluster's actors hold at once (each its pipeline's once up): callers that wait on each job keep
-        this many going."""
+        """Jobs the cluster's actors hold at once, each its pipeline's (`LocalScheduler.capacity`): callers that
+        wait on each job keep this many going. Waits for the actors to be up (`device_names`): what an actor holds
+        depends on its node's cores."""
+        self.device_names()
         return sum(s.capacity for s in self._slots)
 
     def device_names(self, timeout_s: float = 600.0) -> tuple[str, ...]:
