@@ -64,7 +64,8 @@ def test_a_first_call_is_made_early_where_the_call_fits_beside_the_gpu_stage_tho
     compiles beside the GPU stage instead of in it."""
     with Evaluator(EvalConfig(cache_dir=str(tmp_path), timeout_s=120, **FAST)) as e:
         _shared(e)
-        state = e._reference(task)[1]
+        state = e.hold_reference(task)  # its sizes, from the probe
+        e.let_go(state)
         e._device_bytes = 4 * e._call_bytes(state)  # one call is a quarter of the device; the trials far more
         assert not e._shares(state) and e._trial_bytes(state) > e._device_bytes // 8
         v = e.evaluate(task, Candidate.from_file(DATA / "eval" / "correct.py"))

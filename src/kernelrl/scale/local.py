@@ -54,6 +54,20 @@ class _Device:
             return self.evaluators[policy]
 
 
+LANES_PER_DEVICE = 8  # CPU lanes a device gets at most by default (one per two cores below that)
+
+
+def cpu_lanes(lookahead: int, n_dev: int, cores: int | None = None) -> int:
+    """The CPU lanes a scheduler of `n_dev` devices starts by default on a machine of `cores` (this one's)."""
+    cores = cores if cores is not None else os.cpu_count() or 2
+    return max(lookahead * n_dev, min(cores // 2, LANES_PER_DEVICE * n_dev))
+
+
+def ahead_per_device(lookahead: int, lanes: int, n_dev: int) -> int:
+    """Jobs a device may have ahead: `lookahead` waiting, its share of `lanes` being prepared, one being judged."""
+    return lookahead + -(-lanes // n_dev) + 1
+
+
 class LocalScheduler:
     """Judges jobs on this machine's devices; ("cpu", "cpu") gives two CPU "devices" (each its own evaluator)."""
 
@@ -82,8 +96,8 @@ class LocalScheduler:
         self._closed = False
         self._t0 = time.monotonic()
         n_dev = len(self._devices)
-        n_cpu = cpu_workers or max(lookahead * n_dev, min((os.cpu_count() or 2) // 2, 8 * n_dev))
-        self._max_ahead = lookahead + -(-n_cpu // n_dev) + 1  # waiting, being prepared, being judged
+        n_cpu = cpu_workers or cpu_lanes(lookahead, n_dev)
+        self._max_ahead = ahead_per_device(lookahead, n_cpu, n_dev)
         self._threads = [threading.Thread(target=self._cpu_stage, name=f"prepare-{i}", daemon=True)
                          for i in range(n_cpu)]
         self._threads += [threading.Thread(target=self._gpu_stage, args=(dev,), name=f"judge-{dev.key}",

@@ -58,6 +58,13 @@ def device_healthy(device: str, timeout_s: float = 120.0) -> bool:
         return False
 
 
+def _most_per_actor(lookahead: int) -> int:
+    """The most jobs an actor's LocalScheduler keeps going, whatever its node's cores (its threads' bound)."""
+    from kernelrl.scale.local import ahead_per_device, cpu_lanes  # imported where used, as `EvaluatorActor` does
+
+    return ahead_per_device(lookahead, cpu_lanes(lookahead, 1, cores=1 << 20), 1)
+
+
 class EvaluatorActor:
     """One device's evaluation pipeline inside a Ray actor: a LocalScheduler on the device Ray gave it, so the
     next jobs' CPU stage (checks, worker start-up, builds) runs on this node while the device judges."""
@@ -154,7 +161,7 @@ class RayScheduler:
         # once up, it holds what keeps its pipeline full (`LocalScheduler.capacity`: the jobs its CPU lanes prepare
         # too), at most `most_per_actor`: with fewer, real candidates' builds starve its GPU.
         self.max_attempts, self.lookahead, self.per_actor = max_attempts, lookahead, lookahead + 1
-        self.most_per_actor = lookahead + max(lookahead, 8) + 1
+        self.most_per_actor = _most_per_actor(lookahead)
         self._lock = threading.RLock()
         self._wake = threading.Event()
         self._pending: collections.deque[_Job] = collections.deque()
@@ -342,7 +349,7 @@ class RayScheduler:
             kind = f"cuda:{where['gpu']}" if where["gpu"] is not None else f"cpu:{slot.index}"
             with self._lock:
                 slot.ready, slot.name, slot.model = True, f"{where['ip']}/{kind}", where["model"]
-                slot.capacity = max(1, min(int(where.get("capacity") or self.per_actor), self.most_per_actor))
+                slot.capacity = min(where["capacity"], self.most_per_actor)
             return
         try:
             answer, healthy, busy = ray.get(ref)
