@@ -13,7 +13,7 @@ from kernelrl.evaluate.evaluator import HARNESS
 from kernelrl.evaluate.placement import build_cpus, worker_cpus
 from kernelrl.sandbox.process import Worker
 from kernelrl.scale import SchedulerStats, make_scheduler
-from kernelrl.scale.local import LocalScheduler
+from kernelrl.scale.local import LocalScheduler, cpu_lanes
 from kernelrl.task import Candidate, Task
 
 DATA = Path(__file__).parent / "data" / "eval"
@@ -132,6 +132,14 @@ def test_bad_scheduler_arguments_are_refused(config):
         LocalScheduler(config, devices=("cpu",), lookahead=0)
     with pytest.raises(ValueError, match="no devices"):
         LocalScheduler(config, devices=())
+
+
+def test_the_default_lanes_follow_the_cores_this_process_may_use_not_the_hosts(monkeypatch):
+    # One bench pinned to a GPU's half of a two-GPU host (taskset, a cpuset) prepares on its own cores only.
+    monkeypatch.setattr(os, "cpu_count", lambda: 64)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(16, 22)), raising=False)
+    assert cpu_lanes(lookahead=2, n_dev=1) == 3
+    assert cpu_lanes(lookahead=4, n_dev=1) == 4  # never fewer than the jobs waiting ahead of the device
 
 
 @pytest.mark.skipif(len(getattr(os, "sched_getaffinity", lambda _: ())(0)) < 2, reason="needs two cores")

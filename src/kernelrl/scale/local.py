@@ -57,9 +57,17 @@ class _Device:
 LANES_PER_DEVICE = 8  # CPU lanes a device gets at most by default (one per two cores below that)
 
 
+def usable_cores() -> int:
+    """The cores this process may run on: its affinity (taskset, a container's cpuset), not the host's count."""
+    try:
+        return len(os.sched_getaffinity(0)) or 2
+    except (AttributeError, OSError):  # no affinity on this platform
+        return os.cpu_count() or 2
+
+
 def cpu_lanes(lookahead: int, n_dev: int, cores: int | None = None) -> int:
-    """The CPU lanes a scheduler of `n_dev` devices starts by default on a machine of `cores` (this one's)."""
-    cores = cores if cores is not None else os.cpu_count() or 2
+    """The CPU lanes a scheduler of `n_dev` devices starts by default given `cores` (those this process may use)."""
+    cores = cores if cores is not None else usable_cores()
     return max(lookahead * n_dev, min(cores // 2, LANES_PER_DEVICE * n_dev))
 
 
