@@ -109,6 +109,27 @@ def test_wrong_candidate_is_incorrect(ev, task):
     assert "outside tolerance" in v.message
 
 
+def test_a_wrong_output_is_told_from_the_rounded_exact_result_without_its_float64_bytes(ev, task):
+    judge(ev, task, "correct")  # the task's reference worker, kept for its next candidate
+    ref = ev._refs[task.digest][0]
+    asked, send = [], ref.send
+
+    def spy(op):
+        asked.append(dict(op))
+        return send(op)
+
+    ref.send = spy
+    try:
+        v = judge(ev, task, "wrong")
+    finally:
+        del ref.send
+    assert v.status == "incorrect"
+    assert "against the exact (float64) result: output 0: less accurate than the fp32 reference: relative L2 " \
+           "error at least" in v.message
+    exact = [op for op in asked if op["op"] == "exact"]
+    assert len(exact) == 1 and exact[0]["rounded"] is True  # the float64 outputs were never asked for
+
+
 def test_syntax_error_is_compile_error_with_the_line(ev, task):
     v = judge(ev, task, "syntax_error")
     assert v.status == "compile_error"

@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from kernelrl.evaluate.compare import Mismatch
-from kernelrl.evaluate.exact import FLOOR_REL_L2, against_exact
+from kernelrl.evaluate.exact import FLOOR_REL_L2, against_exact, certainly_less_accurate, rounded_exact
 
 
 def draw(seed: int, *shape: int) -> torch.Tensor:
@@ -155,6 +155,71 @@ def test_a_wrong_shape_or_dtype_fails():
     ref = torch.ones(4, 4)
     assert not against_exact(torch.ones(4, 5), ref, ref.double()).ok
     assert not against_exact(ref.double(), ref, ref.double()).ok
+
+
+def bounded(program, candidate, *inputs) -> str:
+    """`certainly_less_accurate` of `candidate(*inputs)`, told from the exact result rounded to float32."""
+    return certainly_less_accurate(candidate(*inputs), program(*inputs),
+                                   *rounded_exact(program(*(x.double() for x in inputs))))
+
+
+HONEST = [
+    (offset_sum, lambda x: x.sum(-1), (draw(4, 64, 16384),)),  # more accurate than the reference
+    (lambda x: x.softmax(-1), lambda x: (x - x.logsumexp(-1, keepdim=True)).exp(), (draw(8, 64, 1024) * 200,)),
+    (torch.matmul, torch.matmul, MATMUL[1]),
+]
+
+
+@pytest.mark.parametrize("case", range(len(HONEST)))
+def test_the_rounded_bound_never_decides_an_honest_program(case):
+    program, candidate, inputs = HONEST[case]
+    assert judged(program, candidate, *inputs).ok
+    assert bounded(program, candidate, *inputs) == ""
+
+
+def test_the_rounded_bound_decides_a_constant_and_reduced_precision_as_the_full_comparison_does():
+    program, inputs = MATMUL
+    zeros = bounded(program, lambda a, b: torch.zeros(a.shape[0], b.shape[1]), *inputs)
+    assert "relative L2 error at least 1" in zeros
+    for precision in ("bf16", "fp16"):
+        assert bounded(program, REDUCED[precision](program), *inputs)
+        assert not judged(program, REDUCED[precision](program), *inputs).ok
+
+
+def test_the_rounded_bound_leaves_what_it_cannot_see_to_the_full_comparison():
+    program, inputs = MATMUL
+
+    def faulty(a, b):  # ten elements off: the norm cannot see them, the worst element can
+        out = a @ b
+        out[0, :10] *= 1.001
+        return out
+
+    def with_nan(a, b):
+        out = a @ b
+        out[3, 7] = math.nan
+        return out
+
+    for candidate in (faulty, with_nan):
+        assert bounded(program, candidate, *inputs) == "" and not judged(program, candidate, *inputs).ok
+
+
+def test_the_rounded_bound_is_never_wrong_where_it_decides():
+    # An fp32 reference with a visible error of its own (a difference of large sums), and outputs off by every
+    # scale around the allowed error: wherever the bound decides, the full comparison fails too, and it decides
+    # every output more than a few times beyond what is allowed.
+    x = draw(9, 32, 4096)
+    ref, exact = offset_sum(x), offset_sum(x.double())
+    rounded, sq_exact, sq_rounding = rounded_exact(exact)
+    decided = []
+    for scale in torch.logspace(-7, 0, 29).tolist():
+        out = ref + scale * draw(10, *ref.shape) * ref.abs().mean()
+        why = certainly_less_accurate(out, ref, rounded, sq_exact, sq_rounding)
+        full = against_exact(out, ref, exact)
+        assert not (why and full.ok), scale
+        decided.append(bool(why))
+        if full.rel_l2 > 3 * full.allowed_rel_l2:
+            assert why, scale
+    assert decided[0] is False and decided[-1] is True
 
 
 @pytest.mark.gpu

@@ -89,6 +89,55 @@ def against_exact(out: torch.Tensor, ref: torch.Tensor, exact: torch.Tensor) -> 
     return Accuracy(False, reason, mismatched=max(beyond, 1), **fields)
 
 
+# The bound of `certainly_less_accurate` decides only where it exceeds what is allowed by this factor: a case near
+# the line is left to the full comparison, whose verdict the bound never contradicts.
+BOUND_MARGIN = 2.0
+
+
+def certainly_less_accurate(out: torch.Tensor, ref: torch.Tensor, rounded: torch.Tensor, sq_exact: float,
+                            sq_rounding: float) -> str:
+    """Why `out` fails `against_exact`'s relative L2 test whatever the exact result is, told from the exact result
+    rounded to float32 (`rounded`, the bytes of an fp32 output), its squared norm before rounding (`sq_exact`) and
+    the squared norm of the rounding (`sq_rounding`); '' where that cannot be told, and the full comparison decides.
+
+    By the triangle inequality ||out - exact|| >= ||out - rounded|| - ||rounding|| and ||ref - exact|| <=
+    ||ref - rounded|| + ||rounding||. A constant, a stale or a wrong output is that far off; honest programs, and
+    outputs off in a few elements only, are never decided here."""
+    if out.dtype != torch.float32 or ref.dtype != torch.float32 or rounded.dtype != torch.float32 \
+            or not out.shape == ref.shape == rounded.shape:
+        return ""
+    if not (math.isfinite(sq_exact) and math.isfinite(sq_rounding)) or sq_exact <= 0 or sq_rounding < 0:
+        return ""
+    flat = [t.detach().reshape(-1) for t in (out, ref, rounded)]
+    sq_out = sq_ref = 0.0
+    for i in range(0, flat[0].numel(), CHUNK // 2):  # float64 pieces of CHUNK's bytes
+        o, r, e = (t[i:i + CHUNK // 2].to(torch.float64) for t in flat)
+        if not bool(torch.isfinite(o).all() and torch.isfinite(r).all() and torch.isfinite(e).all()):
+            return ""  # NaN/Inf, or an exact value beyond float32: the full comparison's rules apply
+        sq_out += float(torch.linalg.vector_norm(o - e)) ** 2
+        sq_ref += float(torch.linalg.vector_norm(r - e)) ** 2
+    norm, rounding = math.sqrt(sq_exact), math.sqrt(sq_rounding)
+    at_least = (math.sqrt(sq_out) - rounding) / norm
+    ref_at_most = (math.sqrt(sq_ref) + rounding) / norm
+    bound = allowed(ref_at_most, FLOOR_REL_L2)
+    if not at_least > BOUND_MARGIN * bound:
+        return ""
+    return (f"less accurate than the fp32 reference: relative L2 error at least {at_least:.3g} against the exact "
+            f"result (reference at most {ref_at_most:.3g}, allowed {bound:.3g})")
+
+
+def rounded_exact(exact: torch.Tensor) -> tuple[torch.Tensor, float, float]:
+    """A float64 exact result as `certainly_less_accurate` reads it: (rounded to float32, its squared norm, the squared
+    norm of the rounding)."""
+    flat, rounded = exact.detach().reshape(-1), exact.detach().to(torch.float32)
+    sq_exact = sq_rounding = 0.0
+    for i, piece in enumerate(rounded.reshape(-1).split(CHUNK // 2)):
+        e = flat[i * (CHUNK // 2):i * (CHUNK // 2) + piece.numel()]
+        sq_exact += float(torch.linalg.vector_norm(e)) ** 2
+        sq_rounding += float(torch.linalg.vector_norm(e - piece.to(torch.float64))) ** 2
+    return rounded, sq_exact, sq_rounding
+
+
 @dataclass
 class _Norms:
     """One pass over (out, ref, exact): squared norms in float64, the largest error, and what is not finite."""

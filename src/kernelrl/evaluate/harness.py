@@ -371,8 +371,9 @@ class Harness:
     def op_exact(self, op):
         """Reference role: the trial for `seed`/`dist` computed in float64 (parameters and inputs cast, tensors made
         inside forward float64 by default): the exact result an fp32 output is judged against. All outputs (as
-        float64), or the samples `op_sample` took for `sample_seed`. Unavailable where the program carries state
-        that has moved, draws random numbers in forward, or cannot run in float64."""
+        float64; `rounded`: as `exact.rounded_exact` gives them), or the samples `op_sample` took for `sample_seed`.
+        Unavailable where the program carries state that has moved, draws random numbers in forward, or cannot run in
+        float64."""
         torch = self.torch
         if self._pristine is None or not isinstance(self.model, torch.nn.Module):
             return {"type": "exact", "unavailable": "the reference could not be copied"}, None
@@ -396,6 +397,15 @@ class Harness:
         if problem:
             return {"type": "exact", "unavailable": problem}, None
         outs = [o.to(torch.float64) if o.is_floating_point() else o for o in outs]
+        if op.get("rounded") and op.get("sample_seed") is None:
+            # Rounded to float32 with the norms that bound what the rounding hid (`exact.certainly_less_accurate`):
+            # half the bytes, the size of an fp32 output's reply
+            from kernelrl.evaluate.exact import rounded_exact
+
+            sent, norms = {}, {}
+            for i, o in enumerate(outs):
+                sent[f"out{i}"], *norms[f"out{i}"] = rounded_exact(o) if o.is_floating_point() else (o, 0.0, 0.0)
+            return {"type": "exact", "outputs": len(outs), "norms": norms}, sent
         if op.get("sample_seed") is None:
             return {"type": "exact", "outputs": len(outs)}, {f"out{i}": o for i, o in enumerate(outs)}
         samples = {}
