@@ -15,7 +15,8 @@
 #   serve_grpo: benchmarks/serve_grpo.py, groups of 8 of that corpus through `kernelrl serve`, into res/serve_grpo;
 #   no group starts in the step's last DRAIN_S seconds (default 240), none is waited for in its last 60.
 #   redteam: `kernelrl redteam` of ${KB:-.kb/suite} under each policy of RT_POLICIES (default "strict kernelbench") into
-#   res/redteam_<policy>, resumed from what is there (or from REDTEAM_FROM/redteam_<policy>, if named); the policies
+#   res/redteam_<policy>, resumed from what is there (or from REDTEAM_FROM/redteam_<policy>, if named, its journal
+#   plain or xz-packed as benchmarks/results/redteam_<gpu>/ keeps it); the policies
 #   share the step evenly, no task starting in a share's last DRAIN_S seconds (default 120); DEVICES names the GPUs
 #   that share the jobs (default cuda: one); RT_ARGS passes more flags
 #   repeat: benchmarks/verdict_repeat.py (RUNS runs, default 3, of CORPORA, default honest,exploits,suite, under
@@ -88,6 +89,8 @@ for step in "$@"; do
              for p in $pols; do  # --resume goes on from res/redteam_$p, or from REDTEAM_FROM/redteam_$p
                rt="$RES/redteam_$p"; mkdir -p "$rt"
                [ -n "${REDTEAM_FROM:-}" ] && [ ! -e "$rt/redteam.jsonl" ] && cp -r "$REDTEAM_FROM/redteam_$p/." "$rt/"
+               [ -e "$rt/redteam.jsonl.xz" ] && [ ! -e "$rt/redteam.jsonl" ] && python3 -c "import lzma, shutil, sys
+with lzma.open(sys.argv[1]) as f, open(sys.argv[2], 'wb') as g: shutil.copyfileobj(f, g)" "$rt/redteam.jsonl.xz" "$rt/redteam.jsonl"
                timeout "$share" python3 -m kernelrl.cli redteam "${KB:-.kb/suite}" --device "${DEVICES:-cuda}" --policy "$p" \
                  --out "$rt" --resume --time-limit $((share - ${DRAIN_S:-120})) ${RT_ARGS:-} 2>&1 | tail -4
              done;;
