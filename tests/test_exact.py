@@ -9,7 +9,8 @@ import torch
 import torch.nn.functional as F
 
 from kernelrl.evaluate.compare import Mismatch
-from kernelrl.evaluate.exact import FLOOR_REL_L2, against_exact, certainly_less_accurate, rounded_exact
+from kernelrl.evaluate.exact import (FLOOR_REL_L2, against_exact, bound_may_decide, certainly_less_accurate,
+                                    rounded_exact)
 
 
 def draw(seed: int, *shape: int) -> torch.Tensor:
@@ -177,6 +178,12 @@ def test_the_rounded_bound_never_decides_an_honest_program(case):
     assert bounded(program, candidate, *inputs) == ""
 
 
+def test_a_near_miss_of_the_reference_is_not_asked_for_the_bound():
+    # within FLOOR_REL_L2 of the reference the bound cannot decide, so it is not asked; NaN is asked (and then left)
+    assert not bound_may_decide(1e-6) and not bound_may_decide(2.9e-5)
+    assert bound_may_decide(1e-3) and bound_may_decide(float("nan"))
+
+
 def test_the_rounded_bound_decides_a_constant_and_reduced_precision_as_the_full_comparison_does():
     program, inputs = MATMUL
     zeros = bounded(program, lambda a, b: torch.zeros(a.shape[0], b.shape[1]), *inputs)
@@ -216,6 +223,9 @@ def test_the_rounded_bound_is_never_wrong_where_it_decides():
         why = certainly_less_accurate(out, ref, rounded, sq_exact, sq_rounding)
         full = against_exact(out, ref, exact)
         assert not (why and full.ok), scale
+        # and never where the evaluator skips it: an output this near the reference goes to the full comparison
+        near = float(torch.linalg.vector_norm(out - ref) / torch.linalg.vector_norm(ref))
+        assert not why or bound_may_decide(near), scale
         decided.append(bool(why))
         if full.rel_l2 > 3 * full.allowed_rel_l2:
             assert why, scale

@@ -126,6 +126,14 @@ def certainly_less_accurate(out: torch.Tensor, ref: torch.Tensor, rounded: torch
             f"result (reference at most {ref_at_most:.3g}, allowed {bound:.3g})")
 
 
+def bound_may_decide(rel_l2_to_ref: float) -> bool:
+    """Whether `certainly_less_accurate` can decide an output whose relative L2 distance from the fp32 reference is
+    `rel_l2_to_ref`: it decides only beyond BOUND_MARGIN x FLOOR_REL_L2 from the exact result, which an output this
+    near the reference never is (half that, for the reference's distance from the exact result), so an honest
+    program's near miss goes straight to the full comparison, without a float64 run it would not use."""
+    return not rel_l2_to_ref < 0.5 * BOUND_MARGIN * FLOOR_REL_L2
+
+
 def rounded_exact(exact: torch.Tensor) -> tuple[torch.Tensor, float, float]:
     """A float64 exact result as `certainly_less_accurate` reads it: (rounded to float32, its squared norm, the squared
     norm of the rounding)."""
