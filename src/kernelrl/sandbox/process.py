@@ -1,7 +1,8 @@
 """Parent side of a worker: spawn it confined, send requests, read framed replies, kill it on timeout.
 
-A worker is a fresh `python -m kernelrl.sandbox.worker` process in its own session, with an allow-listed
-environment (no keys or tokens), its own scratch directory as cwd/HOME/TMPDIR, and one socket to the parent.
+A worker is a `python -m kernelrl.sandbox.worker` process (forked by this process's fork server, which has imported
+torch once, or a fresh interpreter: `forkserver`) in its own session, with an allow-listed environment (no keys or
+tokens), its own scratch directory as cwd/HOME/TMPDIR, and one socket to the parent.
 Requests are pickled (parent to worker only); replies are `wire` messages, never unpickled.
 """
 from __future__ import annotations
@@ -20,7 +21,7 @@ from multiprocessing.connection import Connection
 from multiprocessing.reduction import send_handle
 from pathlib import Path
 
-from kernelrl.sandbox import devshare, wire
+from kernelrl.sandbox import devshare, forkserver, wire
 from kernelrl.sandbox.confine import scrub_env
 
 # Variables a worker may inherit; everything else (API keys, tokens, credentials) is dropped.
@@ -67,11 +68,22 @@ class Worker:
         spec = {"entry": entry, "scratch": str(self.scratch), "writable": [str(p) for p in writable],
                 "confine": confine, "memory_bytes": memory_bytes, "init": init or {},
                 "affinity": list(affinity) if affinity else None, "spill_fd": self._spill}
-        cmd = [sys.executable, "-m", "kernelrl.sandbox.worker", str(child_sock.fileno()), json.dumps(spec)]
-        fds = (child_sock.fileno(),) + ((self._spill,) if self._spill is not None else ())
-        self.proc = subprocess.Popen(
-            cmd, cwd=self.scratch, env=worker_env(self.scratch, env), stdin=subprocess.DEVNULL,
-            stdout=self._log, stderr=subprocess.STDOUT, pass_fds=fds, start_new_session=True)
+        self.proc = None
+        if forkserver.ENABLED:  # forked from a process that has imported torch already
+            fds = {"socket": child_sock.fileno(), "log": self._log.fileno()}
+            if self._spill is not None:
+                fds["spill"] = self._spill
+            try:
+                self.proc = forkserver.server(worker_env(Path(tempfile.gettempdir()))).spawn(
+                    spec, worker_env(self.scratch, env), str(self.scratch), fds)
+            except forkserver.ForkServerError:
+                self.proc = None  # a fresh interpreter instead
+        if self.proc is None:
+            cmd = [sys.executable, "-m", "kernelrl.sandbox.worker", str(child_sock.fileno()), json.dumps(spec)]
+            fds = (child_sock.fileno(),) + ((self._spill,) if self._spill is not None else ())
+            self.proc = subprocess.Popen(
+                cmd, cwd=self.scratch, env=worker_env(self.scratch, env), stdin=subprocess.DEVNULL,
+                stdout=self._log, stderr=subprocess.STDOUT, pass_fds=fds, start_new_session=True)
         child_sock.close()
         self.conn = Connection(parent_sock.detach())
         self.started = time.monotonic()
