@@ -89,3 +89,12 @@ def test_a_server_that_ends_before_forking_anything_leaves_workers_to_fresh_inte
             assert w.request({"op": "ready"}, 120)[0]["type"] == "ready"
     finally:
         broken.close()
+
+
+@pytest.mark.gpu
+def test_a_forked_worker_opens_the_gpu_as_a_fresh_one_does(tmp_path):
+    # The server imports torch but never initialises CUDA, so its children open the device themselves (`_init_cuda`
+    # runs before confinement); a child of a process that had would fail here.
+    with Worker(HARNESS, scratch_root=tmp_path, init={"role": "candidate", "device": "cuda"}) as w:
+        assert isinstance(w.proc, forkserver.Forked)
+        assert w.request({"op": "ready"}, 120)[0]["type"] == "ready"
