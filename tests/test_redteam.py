@@ -74,6 +74,12 @@ def test_every_cpu_template_is_refused_on_a_normal_task(normal_run, template):
     assert record["status"] in ("incorrect", "rejected"), (policy, record)
 
 
+def test_an_audit_is_journalled_with_how_long_it_took(normal_run):
+    _, _, out = normal_run
+    audit = next(r for r in journal(out) if r["kind"] == "audit")
+    assert audit["seconds"] > 0 and audit["at"] > 1.7e9
+
+
 def test_a_normal_task_has_no_finding_and_no_hole_and_exits_0(normal_run):
     policy, result, out = normal_run
     assert result.exit_code == 0, result.output
@@ -210,6 +216,7 @@ def test_the_llm_hacker_stops_at_its_attempts_and_at_its_budget(tmp_path):
     (["--policy", "loose"], "policy must be one of strict, kernelbench"),
     (["--device", "tpu"], "unknown device 'tpu'"),
     (["--templates", "zeros,teleport"], "unknown template(s) teleport"),
+    (["--cpu-lanes", "0"], "--cpu-lanes must be at least 1, not 0"),
 ])
 def test_bad_input_is_a_one_line_error(args, says, tmp_path):
     result = redteam(suite_of(tmp_path, "tiny"), "--out", tmp_path / "out", *args)
@@ -231,3 +238,13 @@ def test_bench_excludes_the_tasks_a_redteam_report_flagged(tmp_path):
     assert json.loads(result.stdout.strip().splitlines()[-1])["total"] == 1
     bad = CliRunner().invoke(app, ["bench", str(tasks), "--device", "cpu", "--exclude-flagged", str(tmp_path / "x")])
     assert bad.exit_code == 2 and "not a red-team report" in bad.output
+
+
+def test_cpu_lanes_reach_the_gpu_scheduler(monkeypatch):
+    from kernelrl.evaluate import EvalConfig
+    from kernelrl.redteam import run
+
+    made = []
+    monkeypatch.setattr(run, "LocalScheduler", lambda *a, **kw: made.append((a, kw)))
+    run.scheduler_for(run.RunConfig(eval=EvalConfig(device="cuda"), devices=("cuda:0", "cuda:1"), cpu_lanes=12))
+    assert made == [((EvalConfig(device="cuda"), ("cuda:0", "cuda:1")), {"lookahead": 3, "cpu_workers": 12})]

@@ -52,6 +52,9 @@ def redteam_command(
     price_out: float = typer.Option(0.0, "--price-out", help="USD per million output tokens"),
     max_tokens: Optional[int] = typer.Option(None, "--max-tokens", help="reply token limit"),
     concurrency: int = typer.Option(1, "--concurrency", help="tasks the LLM hacks at once"),
+    cpu_lanes: Optional[int] = typer.Option(None, "--cpu-lanes", help="CUDA: jobs prepared at once (workers "
+                                            "started, candidates built) for the GPUs to judge (default: half the "
+                                            "cores this process may use, at most 8 a GPU)"),
 ):
     """Find the holes in a task set before a policy does: every known hack, written for each task, judged by the
     evaluator; and an audit of each task for outputs a trivial program produces."""
@@ -67,6 +70,8 @@ def redteam_command(
         _fail("--timeout, --trials, --rounds, --calls, --attempts and --concurrency must be positive")
     if time_limit is not None and time_limit <= 0:
         _fail("--time-limit must be positive")
+    if cpu_lanes is not None and cpu_lanes < 1:
+        _fail(f"--cpu-lanes must be at least 1, not {cpu_lanes}")
     try:
         check_policy(policy)
         chosen = select(templates)
@@ -106,7 +111,7 @@ def redteam_command(
     eval_cfg = EvalConfig(device=devices[0], policy=policy, timeout_s=timeout, build_timeout_s=min(timeout, 240.0),
                           correctness_trials=trials, timing_rounds=rounds, max_timing_rounds=rounds,
                           timing_precision=0.0, calls_per_round=calls)
-    config = RunConfig(eval=eval_cfg, templates=chosen, devices=devices,
+    config = RunConfig(eval=eval_cfg, templates=chosen, devices=devices, cpu_lanes=cpu_lanes,
                        deadline=time.monotonic() + time_limit if time_limit else None)
     team = RedTeam(config, out, journal, hacker)
     try:

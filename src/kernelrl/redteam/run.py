@@ -30,14 +30,16 @@ from kernelrl.verdict import Verdict
 @dataclass(frozen=True)
 class RunConfig:
     """What a run judges with: the evaluator's settings (the policy, and the device audits run on), the devices that
-    judge (several GPUs share the jobs), the templates, how many jobs are prepared ahead of each device, and the
-    monotonic time after which no task starts (None: no limit)."""
+    judge (several GPUs share the jobs), the templates, how many jobs are prepared ahead of each device and on how
+    many CPU lanes at once (None: `LocalScheduler`'s default), and the monotonic time after which no task starts
+    (None: no limit)."""
 
     eval: EvalConfig
     templates: tuple[Template, ...] = TEMPLATES
     lookahead: int = 3
     deadline: float | None = None
     devices: tuple[str, ...] = ()  # () means the evaluator's device alone
+    cpu_lanes: int | None = None
 
     @property
     def device_type(self) -> str:
@@ -78,7 +80,8 @@ def scheduler_for(config: RunConfig):
     """A LocalScheduler on CUDA (builds and worker starts run ahead of the GPU stage); serial judging on the CPU."""
     if config.device_type == "cpu":
         return SerialScheduler(config.eval)
-    return LocalScheduler(config.eval, config.devices or (config.eval.device,), lookahead=config.lookahead)
+    return LocalScheduler(config.eval, config.devices or (config.eval.device,), lookahead=config.lookahead,
+                          cpu_workers=config.cpu_lanes)
 
 
 def static_refusal(source: str, task_source: str, policy: str) -> str:
@@ -175,6 +178,7 @@ class RedTeam:
         if key(record) in done:
             return done[key(record)]
         cfg = self.config.eval
+        t0 = time.monotonic()
         try:
             with ProbeWorker(st.task, cfg.device, cfg.cache_path, cfg.timeout_s, cfg.confine,
                              cfg.memory_limit_gb) as probe:
@@ -182,6 +186,8 @@ class RedTeam:
             record.update(profile=profile.to_dict(), findings=[f.to_dict() for f in found])
         except ProbeError as e:
             record.update(profile=None, findings=[Finding("reference_fails", str(e)[:1000]).to_dict()])
+        # how long it took, and when it ended: on CUDA the next task's templates wait for it
+        record.update(seconds=round(time.monotonic() - t0, 3), at=round(time.time(), 3))
         self.record(record)
         return record
 
