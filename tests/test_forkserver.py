@@ -3,6 +3,9 @@ parent, none of the server's descriptors inherited, and a server that ends repla
 import os
 import signal
 import subprocess
+import sys
+import textwrap
+import time
 
 import pytest
 
@@ -67,6 +70,40 @@ def test_workers_end_with_their_server_and_the_next_spawn_starts_another(tmp_pat
     with Worker(HARNESS, scratch_root=tmp_path, init=INIT) as w:
         assert w.request({"op": "ready"}, 120)[0]["type"] == "ready"
         assert forkserver._server is not old and parent_of(w.proc.pid) == forkserver._server.proc.pid
+
+
+def test_a_parent_killed_takes_its_server_and_workers_with_it_and_leaves_no_files(tmp_path):
+    script = textwrap.dedent("""
+        import sys, time
+        from pathlib import Path
+        from kernelrl.evaluate.evaluator import HARNESS
+        from kernelrl.sandbox import forkserver
+        from kernelrl.sandbox.process import Worker
+        w = Worker(HARNESS, scratch_root=Path(sys.argv[1]), init={"role": "candidate", "device": "cpu"})
+        w.request({"op": "ready"}, 120)
+        print(w.proc.pid, forkserver._server.proc.pid, forkserver._server._home, flush=True)
+        time.sleep(600)
+    """)
+    parent = subprocess.Popen([sys.executable, "-c", script, str(tmp_path)], stdout=subprocess.PIPE, text=True)
+    try:
+        worker, server, home = parent.stdout.readline().split()
+        parent.kill()
+        parent.wait()
+        deadline = time.monotonic() + 30
+        while (alive(int(worker)) or alive(int(server)) or os.path.exists(home)) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not alive(int(worker)) and not alive(int(server)) and not os.path.exists(home)
+    finally:
+        parent.kill()
+
+
+def alive(pid: int) -> bool:
+    """Whether `pid` runs (a zombie is not running)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
 
 
 def test_with_the_server_turned_off_a_worker_is_a_fresh_interpreter(tmp_path, monkeypatch):

@@ -213,16 +213,38 @@ def _child(conn: socket.socket, request: dict, fds: list[int], started: int) -> 
     os._exit(0)
 
 
-def _reap(conn: socket.socket, children: set[int]) -> None:
+def _reap(conn: socket.socket, children: set[int]) -> bool:
+    """Report the children that ended; False where the parent cannot hear it (it is gone)."""
     while children:
         try:
             pid, status = os.waitpid(-1, os.WNOHANG)
         except ChildProcessError:
-            return
+            return True
         if pid == 0:
-            return
+            return True
         children.discard(pid)
-        conn.send(json.dumps({"exited": pid, "code": os.waitstatus_to_exitcode(status)}).encode())
+        if not _tell(conn, {"exited": pid, "code": os.waitstatus_to_exitcode(status)}):
+            return False
+    return True
+
+
+def _tell(conn: socket.socket, message: dict) -> bool:
+    try:
+        conn.send(json.dumps(message).encode())
+        return True
+    except OSError:  # the parent is gone
+        return False
+
+
+def _end(children: set[int], home: str) -> None:
+    """The parent is gone: so are its workers, and this server."""
+    for pid in children:
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    shutil.rmtree(home, ignore_errors=True)
+    os._exit(0)
 
 
 def serve(fd: int, home: str) -> None:
@@ -241,21 +263,16 @@ def serve(fd: int, home: str) -> None:
     children: set[int] = set()
     while True:
         ready, _, _ = select.select([conn], [], [], 0.05)
-        _reap(conn, children)
+        if not _reap(conn, children):
+            _end(children, home)
         if not ready:
             continue
         try:
             data, fds, _, _ = socket.recv_fds(conn, MAX_MESSAGE + 4096, 8)
         except OSError:
             data, fds = b"", []
-        if not data:  # the parent is gone: so are its workers
-            for pid in children:
-                try:
-                    os.killpg(pid, signal.SIGKILL)
-                except OSError:
-                    pass
-            shutil.rmtree(home, ignore_errors=True)
-            os._exit(0)
+        if not data:
+            _end(children, home)
         try:
             request = json.loads(data)
             sys.stdout.flush()
@@ -265,7 +282,8 @@ def serve(fd: int, home: str) -> None:
         except BaseException as e:
             for f in fds:
                 os.close(f)
-            conn.send(json.dumps({"error": f"{type(e).__name__}: {e}"}).encode())
+            if not _tell(conn, {"error": f"{type(e).__name__}: {e}"}):
+                _end(children, home)
             continue
         if pid == 0:
             os.close(started)
@@ -276,7 +294,8 @@ def serve(fd: int, home: str) -> None:
         for f in fds:
             os.close(f)
         children.add(pid)
-        conn.send(json.dumps({"pid": pid}).encode())
+        if not _tell(conn, {"pid": pid}):
+            _end(children, home)
 
 
 if __name__ == "__main__":
