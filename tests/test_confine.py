@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 import kernelrl.sandbox.confine as confine_mod
+from procs import running
 from kernelrl.sandbox.confine import is_secret_name, scrub_env
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="confinement is Linux-only")
@@ -229,15 +230,6 @@ def test_a_worker_moves_onto_the_cores_set_aside_for_timing(tmp_path):
         os.sched_setaffinity(0, before)
 
 
-def _running(pid: int) -> bool:
-    """Whether `pid` is a live process (a zombie waiting to be reaped is not)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
-
-
 @pytest.mark.skipif(not os.path.isdir("/proc"), reason="reads /proc (Linux)")
 def test_a_worker_stuck_in_a_loop_ends_when_its_parent_is_killed(tmp_path):
     """A program stuck in a loop never reads its closed connection: the worker watches for its parent's end."""
@@ -263,14 +255,14 @@ def test_a_worker_stuck_in_a_loop_ends_when_its_parent_is_killed(tmp_path):
     try:
         pid = int(parent.stdout.readline())
         time.sleep(1.0)  # its call is spinning
-        assert _running(pid)
+        assert running(pid)
         parent.kill()
         parent.wait()
         deadline = time.monotonic() + 20
-        while _running(pid) and time.monotonic() < deadline:
+        while running(pid) and time.monotonic() < deadline:
             time.sleep(0.2)
-        assert not _running(pid), "the worker outlived its parent"
+        assert not running(pid), "the worker outlived its parent"
     finally:
         parent.kill()
-        if pid is not None and _running(pid):
+        if pid is not None and running(pid):
             os.kill(pid, 9)

@@ -12,6 +12,7 @@ import pytest
 from kernelrl.evaluate.evaluator import HARNESS
 from kernelrl.sandbox import forkserver
 from kernelrl.sandbox.process import Worker, WorkerError
+from procs import running
 
 INIT = {"role": "candidate", "device": "cpu"}
 
@@ -90,20 +91,11 @@ def test_a_parent_killed_takes_its_server_and_workers_with_it_and_leaves_no_file
         parent.kill()
         parent.wait()
         deadline = time.monotonic() + 30
-        while (alive(int(worker)) or alive(int(server)) or os.path.exists(home)) and time.monotonic() < deadline:
+        while (running(int(worker)) or running(int(server)) or os.path.exists(home)) and time.monotonic() < deadline:
             time.sleep(0.2)
-        assert not alive(int(worker)) and not alive(int(server)) and not os.path.exists(home)
+        assert not running(int(worker)) and not running(int(server)) and not os.path.exists(home)
     finally:
         parent.kill()
-
-
-def alive(pid: int) -> bool:
-    """Whether `pid` runs (a zombie is not running)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
 
 
 def test_with_the_server_turned_off_a_worker_is_a_fresh_interpreter(tmp_path, monkeypatch):
