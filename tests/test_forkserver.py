@@ -73,7 +73,7 @@ def test_workers_end_with_their_server_and_the_next_spawn_starts_another(tmp_pat
         assert forkserver._server is not old and parent_of(w.proc.pid) == forkserver._server.proc.pid
 
 
-def test_a_parent_killed_takes_its_server_and_workers_with_it_and_leaves_no_files(tmp_path):
+def test_a_parent_killed_takes_its_server_and_workers_with_it(tmp_path):
     script = textwrap.dedent("""
         import sys, time
         from pathlib import Path
@@ -82,18 +82,18 @@ def test_a_parent_killed_takes_its_server_and_workers_with_it_and_leaves_no_file
         from kernelrl.sandbox.process import Worker
         w = Worker(HARNESS, scratch_root=Path(sys.argv[1]), init={"role": "candidate", "device": "cpu"})
         w.request({"op": "ready"}, 120)
-        print(w.proc.pid, forkserver._server.proc.pid, forkserver._server._home, flush=True)
+        print(w.proc.pid, forkserver._server.proc.pid, flush=True)
         time.sleep(600)
     """)
     parent = subprocess.Popen([sys.executable, "-c", script, str(tmp_path)], stdout=subprocess.PIPE, text=True)
     try:
-        worker, server, home = parent.stdout.readline().split()
+        worker, server = parent.stdout.readline().split()
         parent.kill()
         parent.wait()
         deadline = time.monotonic() + 30
-        while (running(int(worker)) or running(int(server)) or os.path.exists(home)) and time.monotonic() < deadline:
+        while (running(int(worker)) or running(int(server))) and time.monotonic() < deadline:
             time.sleep(0.2)
-        assert not running(int(worker)) and not running(int(server)) and not os.path.exists(home)
+        assert not running(int(worker)) and not running(int(server))
     finally:
         parent.kill()
 

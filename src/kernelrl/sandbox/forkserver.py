@@ -16,13 +16,11 @@ from __future__ import annotations
 import json
 import os
 import select
-import shutil
 import signal
 import socket
 import struct
 import subprocess
 import sys
-import tempfile
 import threading
 import traceback
 
@@ -72,11 +70,11 @@ class ForkServer:
         for s in (self._sock, child):
             s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, MAX_MESSAGE + 4096)
             s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, MAX_MESSAGE + 4096)
-        self._home = tempfile.mkdtemp(prefix="kernelrl-forkserver-")
-        self.proc = subprocess.Popen([sys.executable, "-m", "kernelrl.sandbox.forkserver", str(child.fileno()),
-                                      self._home],
-                                     cwd=self._home, env=dict(env, HOME=self._home, TMPDIR=self._home),
-                                     stdin=subprocess.DEVNULL, pass_fds=(child.fileno(),), start_new_session=True)
+        # It writes nothing: the root as its working directory, no folder of its own to leave behind when it is
+        # killed (Ray ends its actors' descendants so); each worker gets its own (`Worker`)
+        self.proc = subprocess.Popen([sys.executable, "-m", "kernelrl.sandbox.forkserver", str(child.fileno())],
+                                     cwd="/", env=env, stdin=subprocess.DEVNULL, pass_fds=(child.fileno(),),
+                                     start_new_session=True)
         child.close()
         self._lock = threading.Lock()  # one request at a time: its reply is the next non-exit message
         self._cond = threading.Condition()
@@ -156,7 +154,6 @@ class ForkServer:
             self.proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
             self.proc.kill()
-        shutil.rmtree(self._home, ignore_errors=True)
 
 
 _server: ForkServer | None = None
@@ -236,18 +233,17 @@ def _tell(conn: socket.socket, message: dict) -> bool:
         return False
 
 
-def _end(children: set[int], home: str) -> None:
+def _end(children: set[int]) -> None:
     """The parent is gone: so are its workers, and this server."""
     for pid in children:
         try:
             os.killpg(pid, signal.SIGKILL)
         except OSError:
             pass
-    shutil.rmtree(home, ignore_errors=True)
     os._exit(0)
 
 
-def serve(fd: int, home: str) -> None:
+def serve(fd: int) -> None:
     import warnings
 
     # Python warns that forking a process with threads may deadlock: the only threads here are the numeric
@@ -264,7 +260,7 @@ def serve(fd: int, home: str) -> None:
     while True:
         ready, _, _ = select.select([conn], [], [], 0.05)
         if not _reap(conn, children):
-            _end(children, home)
+            _end(children)
         if not ready:
             continue
         try:
@@ -272,7 +268,7 @@ def serve(fd: int, home: str) -> None:
         except OSError:
             data, fds = b"", []
         if not data:
-            _end(children, home)
+            _end(children)
         try:
             request = json.loads(data)
             sys.stdout.flush()
@@ -283,7 +279,7 @@ def serve(fd: int, home: str) -> None:
             for f in fds:
                 os.close(f)
             if not _tell(conn, {"error": f"{type(e).__name__}: {e}"}):
-                _end(children, home)
+                _end(children)
             continue
         if pid == 0:
             os.close(started)
@@ -295,8 +291,8 @@ def serve(fd: int, home: str) -> None:
             os.close(f)
         children.add(pid)
         if not _tell(conn, {"pid": pid}):
-            _end(children, home)
+            _end(children)
 
 
 if __name__ == "__main__":
-    serve(int(sys.argv[1]), sys.argv[2])
+    serve(int(sys.argv[1]))
