@@ -108,17 +108,12 @@ def certainly_less_accurate(out: torch.Tensor, ref: torch.Tensor, rounded: torch
         return ""
     if not (math.isfinite(sq_exact) and math.isfinite(sq_rounding)) or sq_exact <= 0 or sq_rounding < 0:
         return ""
-    flat = [t.detach().reshape(-1) for t in (out, ref, rounded)]
-    sq_out = sq_ref = 0.0
-    for i in range(0, flat[0].numel(), CHUNK // 2):  # float64 pieces of CHUNK's bytes
-        o, r, e = (t[i:i + CHUNK // 2].to(torch.float64) for t in flat)
-        if not bool(torch.isfinite(o).all() and torch.isfinite(r).all() and torch.isfinite(e).all()):
-            return ""  # NaN/Inf, or an exact value beyond float32: the full comparison's rules apply
-        sq_out += float(torch.linalg.vector_norm(o - e)) ** 2
-        sq_ref += float(torch.linalg.vector_norm(r - e)) ** 2
+    s = _norms(tuple(t.detach().reshape(-1) for t in (out, ref, rounded)), out.device)
+    if s.differ or s.nonfinite or s.n != out.numel():
+        return ""  # NaN/Inf, or an exact value beyond float32: the full comparison's rules apply
     norm, rounding = math.sqrt(sq_exact), math.sqrt(sq_rounding)
-    at_least = (math.sqrt(sq_out) - rounding) / norm
-    ref_at_most = (math.sqrt(sq_ref) + rounding) / norm
+    at_least = (math.sqrt(s.sq_out) - rounding) / norm
+    ref_at_most = (math.sqrt(s.sq_ref) + rounding) / norm
     bound = allowed(ref_at_most, FLOOR_REL_L2)
     if not at_least > BOUND_MARGIN * bound:
         return ""
@@ -137,13 +132,10 @@ def bound_may_decide(rel_l2_to_ref: float) -> bool:
 def rounded_exact(exact: torch.Tensor) -> tuple[torch.Tensor, float, float]:
     """A float64 exact result as `certainly_less_accurate` reads it: (rounded to float32, its squared norm, the squared
     norm of the rounding)."""
-    flat, rounded = exact.detach().reshape(-1), exact.detach().to(torch.float32)
-    sq_exact = sq_rounding = 0.0
-    for i, piece in enumerate(rounded.reshape(-1).split(CHUNK // 2)):
-        e = flat[i * (CHUNK // 2):i * (CHUNK // 2) + piece.numel()]
-        sq_exact += float(torch.linalg.vector_norm(e)) ** 2
-        sq_rounding += float(torch.linalg.vector_norm(e - piece.to(torch.float64))) ** 2
-    return rounded, sq_exact, sq_rounding
+    exact = exact.detach()
+    rounded = exact.to(torch.float32)
+    s = _norms((rounded.reshape(-1), rounded.reshape(-1), exact.reshape(-1)), exact.device)
+    return rounded, s.sq_exact, s.sq_out
 
 
 @dataclass

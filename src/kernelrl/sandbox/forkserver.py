@@ -18,14 +18,15 @@ import os
 import select
 import signal
 import socket
-import struct
 import subprocess
 import sys
 import threading
 import traceback
 
 ENABLED = os.environ.get("KERNELRL_FORK_SERVER", "1") != "0"
-MAX_MESSAGE = 8 << 20  # a spec carries the task's source; larger ones start a fresh interpreter
+# A spec carries the task's source: one larger than the socket carries in a message (this, or less where the
+# kernel caps socket buffers) starts a fresh interpreter instead (`ForkServerError`)
+MAX_MESSAGE = 8 << 20
 _PRELOAD = ("torch", "numpy", "kernelrl.sandbox.worker", "kernelrl.sandbox.wire", "kernelrl.sandbox.confine",
             "kernelrl.sandbox.devshare", "kernelrl.evaluate.harness")
 
@@ -90,8 +91,6 @@ class ForkServer:
         """Fork a worker: `fds` names the descriptors it keeps (`socket`, `log`, `spill`), passed by number."""
         names = sorted(fds)
         body = json.dumps({"spec": spec, "env": env, "cwd": cwd, "fds": names}).encode()
-        if len(body) > MAX_MESSAGE:
-            raise ForkServerError(f"a spec of {len(body)} bytes is over the fork server's {MAX_MESSAGE}")
         with self._lock:
             if self.dead:
                 raise ForkServerError("the fork server has ended")
@@ -107,9 +106,6 @@ class ForkServer:
                 reply = self._replies.pop(0)
         if "pid" not in reply:
             raise ForkServerError(f"the fork server could not fork: {reply.get('error')}")
-        with self._cond:
-            self._children.add(reply["pid"])
-            self.forked += 1
         return Forked(reply["pid"], self)
 
     def exit_code(self, pid: int) -> int | None:
@@ -134,6 +130,9 @@ class ForkServer:
                     self._exits[message["exited"]] = message["code"]
                     self._children.discard(message["exited"])
                 else:
+                    if "pid" in message:  # counted here, before any report of its exit can arrive
+                        self._children.add(message["pid"])
+                        self.forked += 1
                     self._replies.append(message)
                 self._cond.notify_all()
         # The server is gone: its children end with it (they watch their parent); none of them is reaped here, so

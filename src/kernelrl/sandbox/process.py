@@ -68,21 +68,21 @@ class Worker:
         spec = {"entry": entry, "scratch": str(self.scratch), "writable": [str(p) for p in writable],
                 "confine": confine, "memory_bytes": memory_bytes, "init": init or {},
                 "affinity": list(affinity) if affinity else None, "spill_fd": self._spill}
-        self.proc = None
+        own_env, self.proc = worker_env(self.scratch, env), None
         if forkserver.ENABLED:  # forked from a process that has imported torch already
             fds = {"socket": child_sock.fileno(), "log": self._log.fileno()}
             if self._spill is not None:
                 fds["spill"] = self._spill
             try:
                 self.proc = forkserver.server(worker_env(Path(tempfile.gettempdir()))).spawn(
-                    spec, worker_env(self.scratch, env), str(self.scratch), fds)
+                    spec, own_env, str(self.scratch), fds)
             except forkserver.ForkServerError:
-                self.proc = None  # a fresh interpreter instead
+                pass  # a fresh interpreter instead
         if self.proc is None:
             cmd = [sys.executable, "-m", "kernelrl.sandbox.worker", str(child_sock.fileno()), json.dumps(spec)]
             fds = (child_sock.fileno(),) + ((self._spill,) if self._spill is not None else ())
             self.proc = subprocess.Popen(
-                cmd, cwd=self.scratch, env=worker_env(self.scratch, env), stdin=subprocess.DEVNULL,
+                cmd, cwd=self.scratch, env=own_env, stdin=subprocess.DEVNULL,
                 stdout=self._log, stderr=subprocess.STDOUT, pass_fds=fds, start_new_session=True)
         child_sock.close()
         self.conn = Connection(parent_sock.detach())
