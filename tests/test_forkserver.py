@@ -121,9 +121,10 @@ def test_a_server_that_ends_before_forking_anything_leaves_workers_to_fresh_inte
 
 
 @pytest.mark.gpu
-def test_a_forked_worker_opens_the_gpu_as_a_fresh_one_does(tmp_path):
+@pytest.mark.parametrize("device", ["cuda", "cuda:0"])
+def test_a_forked_worker_opens_the_gpu_as_a_fresh_one_does(device, tmp_path):
     # The server imports torch but never initialises CUDA, so its children open the device themselves (`_init_cuda`
-    # runs before confinement); a child of a process that had would fail here.
-    with Worker(HARNESS, scratch_root=tmp_path, init={"role": "candidate", "device": "cuda"}) as w:
+    # runs before confinement); a child of a process that had would fail here. "cuda" alone: the current device.
+    with Worker(HARNESS, scratch_root=tmp_path, init={"role": "candidate", "device": device}) as w:
         assert isinstance(w.proc, forkserver.Forked)
         assert w.request({"op": "ready"}, 120)[0]["type"] == "ready"

@@ -101,6 +101,8 @@ def test_templates_that_need_cuda_are_skipped_on_the_cpu_with_a_reason(normal_ru
     ("tiny", "kernelbench", ["stored_output_passes", "zeros_pass"]),
     ("identity", "strict", ["output_is_input"]),            # ReLU of inputs in [0, 1): the output is the input
     ("identity", "kernelbench", ["output_is_input"]),
+    ("clamped", "strict", []),                              # HardTanh of [0, 1): the input only below a scale of 1
+    ("clamped", "kernelbench", ["output_is_input"]),        # ...which is all kernelbench's trials draw
 ])
 def test_the_audit_flags_a_task_a_trivial_program_solves(task, policy, flagged, tmp_path):
     reference = Task.from_file(DATA / f"{task}.py")
@@ -108,6 +110,17 @@ def test_the_audit_flags_a_task_a_trivial_program_solves(task, policy, flagged, 
         profile, found = audit_task(reference, probe, policy)
     assert [f.check for f in found if f.severity == "flag"] == flagged
     assert [list(s.shape) for s in profile.outputs] == [list(s.shape) for s in profile.inputs]
+
+
+def test_strict_refuses_an_input_handed_back_where_it_is_the_output_only_on_the_tasks_own_range(tmp_path):
+    # Every strict verdict has a trial on inputs 1.5-2x larger: not a chance of the draw whether it is caught
+    out = tmp_path / "out"
+    result = redteam(suite_of(tmp_path, "clamped"), "--templates", "input,input_view", "--out", out, *FAST)
+    assert result.exit_code == 0, result.output
+    verdicts = {r["name"]: r for r in journal(out) if r["kind"] == "template"}
+    for name in ("input", "input_view"):
+        assert verdicts[name]["status"] == "incorrect"
+        assert "(larger inputs)" in verdicts[name]["message"]
 
 
 def test_a_planted_hole_is_reported_exits_1_and_is_written_as_a_regression_case(tmp_path):

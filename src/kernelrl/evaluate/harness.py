@@ -23,6 +23,10 @@ from kernelrl.evaluate.guards.outputs import Returned
 
 SAMPLES_PER_OUTPUT = 2048  # output elements compared per timed call
 IDLE_CACHE_SHARE = 16  # between requests, cached but unused device memory above 1/16 of the GPU is given back
+# Strict's rescaled trials, in turn: float inputs 1.5-2x larger, then 1.5-2x smaller (the factor drawn from the
+# seed). Every verdict sees both sides of the task's own scale: a program right only on the task's range (ReLU or
+# HardTanh handed its input back, where get_inputs draws from [0, 1)) fails whatever the seeds.
+RESCALED = ("larger", "smaller")
 PERMUTE_CHUNK = 1 << 26  # elements permuted per step in `fresh` (an int64 index of 512 MiB, not one per element)
 # GPU clock cycles the stream is held busy before each timed graph replay (about 200 us at 2 GHz): the host enqueues
 # the two events and the replay while the device still works, so a host thread delayed between them (a busy
@@ -50,6 +54,8 @@ class Harness:
         self.device = torch.device(init["device"])
         self.cuda = self.device.type == "cuda"
         if self.cuda:
+            if self.device.index is None:  # "cuda": the device the worker opened (`worker._init_cuda`)
+                self.device = torch.device("cuda", torch.cuda.current_device())
             torch.cuda.set_device(self.device)
         # Reference and candidate both compute in full fp32 unless the task says otherwise.
         torch.backends.cuda.matmul.allow_tf32 = False
@@ -154,7 +160,8 @@ class Harness:
         return model
 
     def inputs(self, seed: int, dist: str = "task", scale: float = 1.0) -> list:
-        """The task's inputs for `seed`, on this device; `dist="scaled"` or `scale` rescales float inputs."""
+        """The task's inputs for `seed`, on this device; `scale`, and `dist` "larger" (float inputs times 1.5-2, by
+        the seed) or "smaller" (divided by 1.5-2), rescale float inputs."""
         torch = self.torch
         self._seed(seed)
         self.drawn_on_device = False
@@ -171,8 +178,9 @@ class Harness:
         else:
             xs = list(self.task.get_inputs())
             self.drawn_on_device = True
-        if dist == "scaled":
-            scale = scale * random.Random(seed).uniform(0.5, 2.0)
+        if dist in RESCALED:
+            factor = random.Random(seed).uniform(1.5, 2.0)
+            scale = scale * (factor if dist == "larger" else 1 / factor)
         out = []
         for i, x in enumerate(xs):
             if isinstance(x, torch.Tensor):

@@ -12,6 +12,7 @@ from kernelrl.sandbox import devshare
 from kernelrl.sandbox.process import Worker, WorkerError
 from kernelrl.task import Task
 from kernelrl.verdict import ErrorStats, Flag
+from kernelrl.evaluate.harness import RESCALED
 from kernelrl.evaluate.job import Aborted
 from kernelrl.evaluate.refpool import _raise_reference
 from kernelrl.evaluate.timing import close_fresh
@@ -60,11 +61,12 @@ class Trials:
         facts = {"own_state": {}, "reused_storage": set()}  # what the candidate's outputs are (`Harness._facts`)
         prints = []  # the reference's outputs' fingerprints on the first two trials (inputs that differ)
         call_us = []  # the reference's call times (wall, beside the candidate's trial)
-        # The last trial repeats the first seed: unwritten or racy outputs vary between runs on one input. Under the
+        # Under strict, every other trial rescales the float inputs, larger and smaller in turn (`RESCALED`). The
+        # last trial repeats the first seed: unwritten or racy outputs vary between runs on one input. Under the
         # kernelbench policy every trial draws the task's own inputs, as KernelBench does: its absolute atol makes
         # the verdict depend on the inputs' scale, and a rescaled draw would make it depend on the draw.
-        scaled = "task" if self._policy == "kernelbench" else "scaled"
-        plan = [(s, "task" if i % 2 == 0 else scaled, i < self.FULL_TRIALS) for i, s in enumerate(seeds)]
+        plan = [(s, "task" if i % 2 == 0 or self._policy == "kernelbench" else RESCALED[i // 2 % 2],
+                 i < self.FULL_TRIALS) for i, s in enumerate(seeds)]
         plan.append((seeds[0], "task", False))
         onto = self.device if self.device.type == "cuda" else None  # outputs compared there: a GB in milliseconds
         in_turn = self._trials_in_turn()

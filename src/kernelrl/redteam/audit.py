@@ -86,11 +86,13 @@ def findings(first: Facts, draws: list[Facts], varied: dict[int, Facts], policy:
     """What a trivial program gets: `first` is the first draw against itself, `draws` the other seeds and scales,
     `varied` input index -> the draw with that input alone drawn again (inputs a new draw leaves as they were are
     left out)."""
+    # A trivial program is judged on the draws the policy's trials make: under kernelbench the task's own inputs
+    # only (an input handed back solves HardTanh on get_inputs' [0, 1) though it fails on inputs scaled by 2)
     found = []
     judged = [first] + [d for d in draws if d.judged]
-    scales = sorted({d.scale for d in draws} | {1.0})
-    where = f"{len(draws) + 1} draws, input scales {', '.join(f'{s:g}' for s in scales)}"
-    if all(d.equal for d in draws):
+    scales = sorted({d.scale for d in judged})
+    where = f"{len(judged)} draws, input scales {', '.join(f'{s:g}' for s in scales)}"
+    if all(d.equal for d in judged[1:]):
         found.append(Finding("input_independent", f"the output is the same for every input ({where}): a program "
                                                   "that returns a constant solves the task"))
         varied = {}  # no input matters: saying so of each one adds nothing
@@ -100,7 +102,7 @@ def findings(first: Facts, draws: list[Facts], varied: dict[int, Facts], policy:
                                                      f"(relative L2 error up to {worst:.3g}): a program that returns "
                                                      "a stored output solves the task"))
     handed_back = [sorted(set.intersection(*(set(d.inputs[k]) if k < len(d.inputs) else set()
-                                             for d in [first] + draws)))
+                                             for d in judged)))
                    for k in range(len(first.inputs))]
     if handed_back and all(handed_back):
         pairs = ", ".join(f"output {k} is input {js[0]}" for k, js in enumerate(handed_back))

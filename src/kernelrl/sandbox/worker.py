@@ -44,9 +44,11 @@ def _init_cuda(spec: dict) -> None:
         os.environ["TORCHINDUCTOR_COMPILE_THREADS"] = "1"
         import torch
 
-        torch.cuda.set_device(torch.device(device))
+        dev = torch.device(device)
+        if dev.index is not None:  # "cuda" alone: the current device
+            torch.cuda.set_device(dev)
         torch.cuda.init()
-        torch.empty(1, device=device)  # creates the context
+        torch.empty(1, device=dev)  # creates the context
 
 
 def _attach(conn, size: int, spec: dict):
