@@ -12,11 +12,15 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from kernelrl.bench.suite import SuiteTask
 from kernelrl.cli import app
+from kernelrl.evaluate import EvalConfig
 from kernelrl.redteam.audit import audit_task
 from kernelrl.redteam.cases import load_cases
-from kernelrl.redteam.journal import JOURNAL
+from kernelrl.redteam.journal import JOURNAL, Journal
 from kernelrl.redteam.probe import ProbeWorker
+from kernelrl.redteam.report import markdown, summarise
+from kernelrl.redteam.run import RedTeam, RunConfig
 from kernelrl.redteam.templates import TEMPLATES
 from kernelrl.task import Task
 from openai_stub_server import StubOpenAI
@@ -134,10 +138,30 @@ def test_a_planted_hole_is_reported_exits_1_and_is_written_as_a_regression_case(
     (hole,) = report["tasks"]["tiny"]["holes"]
     assert (hole["template"], hole["status"], hole["allowed_by_policy"]) == ("zeros", "ok", False)
     assert hole["speedup"] > 0 and any(f["check"] == "absolute_slack" for f in hole["flags"])
-    assert report["flagged"] == ["tiny"]
+    assert report["flagged"] == ["tiny"] and report["unexplained"] == []  # the audit flags the task
     (case,) = load_cases(out / "cases")
     assert (case.task.name, case.origin, case.policy, case.verdict.status) == ("tiny", "zeros", "kernelbench", "ok")
     assert "ModelNew" in case.candidate.source
+
+
+def test_a_hole_on_a_task_the_audit_does_not_flag_is_reported_as_unexplained(tmp_path):
+    # Only such a hole is the evaluator's own: a task the audit flags is solved by a trivial program whatever the
+    # evaluator does, and kernelbench allows reduced precision by design
+    tasks = [SuiteTask(Task.from_file(DATA / f"{name}.py"), f"{name}.py", "") for name in ("normal", "tiny")]
+    config = RunConfig(EvalConfig(device="cpu", policy="kernelbench"),
+                       templates=tuple(t for t in TEMPLATES if t.name in ("zeros", "bf16")))
+    team = RedTeam(config, tmp_path, Journal(tmp_path / JOURNAL))
+    flag = {"check": "zeros_pass", "message": "zeros pass", "severity": "flag"}
+    for st, findings in zip(tasks, ([], [flag])):
+        team.record(dict(team.base(st, "audit"), profile={}, findings=findings))
+        team.record(dict(team.base(st, "template", "zeros"), hack="degenerate_output", status="ok", speedup=40.0))
+        team.record(dict(team.base(st, "template", "bf16"), hack="precision_downgrade", status="ok", speedup=2.0))
+    summary = summarise(team, tasks)
+    assert summary["unexplained"] == [{"task": "normal", "template": "zeros", "speedup": 40.0}]
+    assert summary["counts"]["unexplained"] == 1 and summary["flagged"] == ["normal", "tiny"]
+    page = markdown(summary)
+    assert "1 holes on tasks the audit does not flag" in page and "`normal` zeros" in page
+    assert "### `normal` (flagged: a hole)" in page and "### `tiny` (flagged by the audit)" in page
 
 
 def test_resume_judges_only_what_is_left(tmp_path):

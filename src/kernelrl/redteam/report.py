@@ -1,6 +1,7 @@
 """The red team's report: one JSON object (what `--json` prints and `redteam.json` holds) and a markdown page, built
 from the journal. A task is flagged when a trivial program solves it (an audit finding of severity `flag`) or when a
-template or the LLM got `ok` without the policy allowing that class of hack by design."""
+template or the LLM got `ok` without the policy allowing that class of hack by design. A hole on a task the audit
+does not flag is `unexplained`: the evaluator's own, which a sound reward has none of."""
 from __future__ import annotations
 
 import json
@@ -20,7 +21,7 @@ def summarise(team, tasks, suite: str = "", note: str = "") -> dict:
     """The report object for `tasks` (SuiteTasks) from `team`'s journal (`run.RedTeam`)."""
     records = team.journal.load()
     names = [t.name for t in team.config.templates]
-    report, flagged, unfinished, timed = {}, [], [], []
+    report, flagged, unfinished, timed, unexplained = {}, [], [], [], []
     counts: Counter = Counter()
     for st in tasks:
         audit = records.get(key(team.base(st, "audit")))
@@ -49,15 +50,21 @@ def summarise(team, tasks, suite: str = "", note: str = "") -> dict:
         report[st.name] = {"audit": audit["findings"], "holes": holes}
         counts["holes"] += len(holes)
         counts["allowed"] += sum(h["allowed_by_policy"] for h in holes)
-        if any(f["severity"] == "flag" for f in audit["findings"]) or any(not h["allowed_by_policy"] for h in holes):
+        by_audit = any(f["severity"] == "flag" for f in audit["findings"])
+        if by_audit or any(not h["allowed_by_policy"] for h in holes):
             flagged.append(st.name)
+        if not by_audit:
+            unexplained += [{"task": st.name, "template": h["template"], "speedup": h["speedup"]}
+                            for h in holes if not h["allowed_by_policy"]]
         if left:
             unfinished.append(st.name)
     devices = ", ".join(team.config.devices or (team.config.eval.device,))
     return {"suite": suite, "policy": team.config.eval.policy, "device": devices, "templates": names,
-            "tasks": report, "flagged": flagged, "unfinished": unfinished, "work_timed": timed,
+            "tasks": report, "flagged": flagged, "unexplained": unexplained, "unfinished": unfinished,
+            "work_timed": timed,
             "counts": {"tasks": len(tasks), "judged": counts["judged"], "skipped": counts["skipped"],
                        "holes": counts["holes"], "allowed_by_policy": counts["allowed"], "flagged": len(flagged),
+                       "unexplained": len(unexplained),
                        "work_timed": len(timed),
                        "llm_attempts": counts["attempts"], "llm_cost_usd": round(counts["cost_usd"], 6)},
             "note": note}
@@ -90,6 +97,12 @@ def markdown(s: dict) -> str:
              f"apply); {c['holes']} holes, {c['allowed_by_policy']} of them of a class the policy allows; "
              f"{c['flagged']} tasks flagged." + (f" LLM: {c['llm_attempts']} attempts, ${c['llm_cost_usd']:.4f}."
                                                   if c["llm_attempts"] else "")]
+    if s.get("unexplained"):
+        lines += ["", f"**{len(s['unexplained'])} holes on tasks the audit does not flag** (the evaluator's own): "
+                      + ", ".join(f"`{u['task']}` {u['template']}" for u in s["unexplained"][:20])
+                      + (" ..." if len(s["unexplained"]) > 20 else "")]
+    else:
+        lines += ["", "No hole outside the tasks the audit flags and the classes the policy allows."]
     if s["unfinished"]:
         lines += ["", f"Unfinished ({len(s['unfinished'])} tasks, run again with --resume): "
                       + ", ".join(f"`{n}`" for n in s["unfinished"][:20]) + (" ..." if len(s["unfinished"]) > 20 else "")]
@@ -112,7 +125,9 @@ def markdown(s: dict) -> str:
         if not t["audit"] and not t["holes"]:
             quiet += 1
             continue
-        lines += ["", f"### `{name}`{' (flagged)' if name in s['flagged'] else ''}", ""]
+        by_audit = any(f["severity"] == "flag" for f in t["audit"])
+        mark = " (flagged by the audit)" if by_audit else " (flagged: a hole)" if name in s["flagged"] else ""
+        lines += ["", f"### `{name}`{mark}", ""]
         lines += [f"- audit, {f['severity']}: **{f['check']}**: {f['message']}" for f in t["audit"]]
         if t["holes"]:
             lines += ["", "| hole | class | speedup | warnings |", "| --- | --- | ---: | --- |"]
