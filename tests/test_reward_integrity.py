@@ -105,6 +105,16 @@ def test_kernelrl_catches_the_exploit_with_its_class(exploit, policy, evaluators
     assert not exfil_path.exists()
 
 
+def test_evidence_held_after_the_correctness_trials_refuses_before_any_timing(evaluators):
+    # The reference's class rewritten at import: the candidate's process holds the evidence from its load on, so
+    # nothing is timed (no timing phase in the verdict) and the refusal names it as the report after timing would
+    (exploit,) = [e for e in EXPLOITS if e.file.name == "reference_rewrite.py"]
+    verdict = evaluators("cpu", "strict").evaluate(Task.from_file(exploit.task), Candidate.from_file(exploit.file))
+    assert verdict.status == "rejected" and "baseline_tampering" in verdict.message, verdict.message
+    assert not {"timing", "graphs", "recheck"} & set(verdict.phases), verdict.phases
+    assert verdict.speedup is None
+
+
 @pytest.mark.parametrize("exploit, policy", _by_policy(EXPLOITS, allowed=True))
 def test_reduced_precision_is_ok_with_a_warning_where_the_policy_allows_it(exploit, policy, evaluators):
     verdict = evaluators(_device(exploit), policy).evaluate(Task.from_file(exploit.task),

@@ -17,9 +17,9 @@ _LIBRARY_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::
 class Integrity:
     """Evidence beyond the outputs (mixed into `Evaluator`)."""
 
-    def _report(self, cand, left, flags, reported: dict) -> dict:
+    def _report(self, cand, left, flags, reported: dict, when: str = "after the timed calls") -> dict:
         """The candidate worker's tampering evidence, as flags; its confinement report is returned."""
-        h, _ = self._ask(cand, {"op": "report"}, left(), "integrity report")
+        h, _ = self._ask(cand, {"op": "report", "when": when}, left(), "integrity report")
         for finding in h.get("findings", []):
             hack, message = finding[0], finding[1]
             severity = finding[2] if len(finding) > 2 and finding[2] in ("warn", "reject") else "reject"
