@@ -306,9 +306,9 @@ class Evaluator(CandidateWorkers, ReferencePool, Trials, TimedRounds, Integrity)
         # The evidence the candidate's process already holds (the reference's code patched, a precision switch
         # under strict, a clock replaced) decides before any timing; the report after timing reads it again, with
         # what a program does only later. What it reads here stays there (a patch, a switch, a set-aside), but for
-        # child processes the program left running after its calls returned, which no honest program leaves.
+        # child processes the program left running after its calls returned, which no honest program leaves. Not
+        # counted as the report (`reported`): a run cut short in timing still asks for the evidence then.
         held: list[Flag] = []
-        # (not counted as the report: a run cut short in timing still asks for the evidence then)
         confinement = self._report(cand, left, held, {}, when="after the correctness trials")
         if any(f.severity == "reject" for f in held):
             return {"status": "rejected", "message": "", "error": error, "flags": flags + held,
