@@ -20,7 +20,8 @@ if TYPE_CHECKING:
     from kernelrl.redteam.probe import Profile, ProbeWorker
 
 # Draws beyond the first, as (scale, the policies whose trials draw inputs like it): the evaluator's strict trials
-# rescale float inputs by 0.5-2.0; its kernelbench trials use the task's own inputs only.
+# rescale float inputs 1.5-2x up and down (`harness.RESCALED`; 0.5 and 2 are the edges); its kernelbench trials use
+# the task's own inputs only.
 DRAWS = ((1.0, ("strict", "kernelbench")), (1.0, ("strict", "kernelbench")), (0.5, ("strict",)), (2.0, ("strict",)))
 SEVERITIES = ("flag", "note")  # flag: a trivial program solves the task; note: worth knowing, not trivial
 
