@@ -54,8 +54,6 @@ class Harness:
         self.device = torch.device(init["device"])
         self.cuda = self.device.type == "cuda"
         if self.cuda:
-            if self.device.index is None:  # "cuda": the device the worker opened (`worker._init_cuda`)
-                self.device = torch.device("cuda", torch.cuda.current_device())
             torch.cuda.set_device(self.device)
         # Reference and candidate both compute in full fp32 unless the task says otherwise.
         torch.backends.cuda.matmul.allow_tf32 = False

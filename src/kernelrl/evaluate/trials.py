@@ -39,6 +39,11 @@ class Trials:
         """Undo `_lock_spills`."""
         self._on_both(ref, cand, "after the full trials", "unlock", 60)
 
+    @property
+    def _onto(self):
+        """Where replies' outputs are received and compared: the device on CUDA (a GB in milliseconds)."""
+        return self.device if self.device.type == "cuda" else None
+
     def _on_both(self, ref: Worker, cand: Worker, what: str, method: str, *args) -> None:
         """Call a Worker `method` on both workers at once; the candidate's failure is its verdict, the reference's
         is found out by its next request."""
@@ -68,7 +73,7 @@ class Trials:
         plan = [(s, "task" if i % 2 == 0 or self._policy == "kernelbench" else RESCALED[i // 2 % 2],
                  i < self.FULL_TRIALS) for i, s in enumerate(seeds)]
         plan.append((seeds[0], "task", False))
-        onto = self.device if self.device.type == "cuda" else None  # outputs compared there: a GB in milliseconds
+        onto = self._onto
         in_turn = self._trials_in_turn()
         self._lock_spills(ref, cand, left)
         for i, (seed, dist, full) in enumerate(plan):
@@ -237,9 +242,8 @@ class Trials:
         and does not fit the device memory lent for its replies. '' where that cannot be told."""
         if any(t.dtype != torch.float32 for t in (*rt.values(), *ct.values())):
             return ""
-        onto = self.device if self.device.type == "cuda" else None
         h, xt = ref.request({"op": "exact", "seed": op["seed"], "dist": op.get("dist", "task"), "rounded": True},
-                            self.config.timeout_s, onto)
+                            self.config.timeout_s, self._onto)
         norms = h.get("norms")
         if h.get("type") != "exact" or h.get("unavailable") or not isinstance(norms, dict) or set(xt or ()) != set(rt):
             return ""

@@ -50,7 +50,7 @@ def summarise(team, tasks, suite: str = "", note: str = "") -> dict:
         report[st.name] = {"audit": audit["findings"], "holes": holes}
         counts["holes"] += len(holes)
         counts["allowed"] += sum(h["allowed_by_policy"] for h in holes)
-        by_audit = any(f["severity"] == "flag" for f in audit["findings"])
+        by_audit = flags_task(audit["findings"])
         if by_audit or any(not h["allowed_by_policy"] for h in holes):
             flagged.append(st.name)
         if not by_audit:
@@ -68,6 +68,11 @@ def summarise(team, tasks, suite: str = "", note: str = "") -> dict:
                        "work_timed": len(timed),
                        "llm_attempts": counts["attempts"], "llm_cost_usd": round(counts["cost_usd"], 6)},
             "note": note}
+
+
+def flags_task(findings: list[dict]) -> bool:
+    """Whether an audit's findings say a trivial program solves the task (one of severity `flag`)."""
+    return any(f["severity"] == "flag" for f in findings)
 
 
 def _hole(r: dict, template: str, hack: str, policy: str) -> dict:
@@ -125,8 +130,7 @@ def markdown(s: dict) -> str:
         if not t["audit"] and not t["holes"]:
             quiet += 1
             continue
-        by_audit = any(f["severity"] == "flag" for f in t["audit"])
-        mark = " (flagged by the audit)" if by_audit else " (flagged: a hole)" if name in s["flagged"] else ""
+        mark = " (flagged by the audit)" if flags_task(t["audit"]) else " (flagged: a hole)" if name in s["flagged"] else ""
         lines += ["", f"### `{name}`{mark}", ""]
         lines += [f"- audit, {f['severity']}: **{f['check']}**: {f['message']}" for f in t["audit"]]
         if t["holes"]:

@@ -38,15 +38,17 @@ def _init_cuda(spec: dict) -> None:
     For the same reason torch.compile's Triton kernels are compiled in this process: a compile worker process
     started after confinement cannot open the GPU ("Could not find an active GPU backend"), and Inductor hands
     kernels to its worker pool only once the pool is up, so a large model's compile failed or not by how fast
-    the pool started."""
+    the pool started. "cuda" alone names the current device: the handler is given it with its index."""
     device = str(spec.get("init", {}).get("device", "cpu"))
     if device.startswith("cuda"):
         os.environ["TORCHINDUCTOR_COMPILE_THREADS"] = "1"
         import torch
 
         dev = torch.device(device)
-        if dev.index is not None:  # "cuda" alone: the current device
-            torch.cuda.set_device(dev)
+        if dev.index is None:
+            dev = torch.device("cuda", torch.cuda.current_device())
+            spec["init"]["device"] = str(dev)
+        torch.cuda.set_device(dev)
         torch.cuda.init()
         torch.empty(1, device=dev)  # creates the context
 
