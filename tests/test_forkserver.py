@@ -127,4 +127,8 @@ def test_a_forked_worker_opens_the_gpu_as_a_fresh_one_does(device, tmp_path):
     # runs before confinement); a child of a process that had would fail here. "cuda" alone: the current device.
     with Worker(HARNESS, scratch_root=tmp_path, init={"role": "candidate", "device": device}) as w:
         assert isinstance(w.proc, forkserver.Forked)
-        assert w.request({"op": "ready"}, 120)[0]["type"] == "ready"
+        try:
+            reply = w.request({"op": "ready"}, 120)[0]
+        except WorkerError as e:  # the worker's own stderr says why it did not open the device
+            pytest.fail(f"{e}\n{e.stderr_tail}")
+        assert reply["type"] == "ready"
