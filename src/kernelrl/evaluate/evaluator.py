@@ -285,6 +285,15 @@ class Evaluator(CandidateWorkers, ReferencePool, Trials, TimedRounds, Integrity)
         cfg = self.config
         task, candidate, ref, state, cand = p.task, p.candidate, p.ref, p.state, p.cand
         ph, flags, reported = self._phases, p.flags, p.reported
+        # The evidence the candidate's process holds from its load and first call (the reference's code patched, a
+        # precision switch under strict, a clock replaced) decides before any trial; it is read again after the
+        # trials, for what a program does only when called, and once more after timing. Each read keeps what it
+        # reads there (a patch, a switch, a set-aside), but for child processes the program left running after its
+        # calls returned, which no honest program leaves. Not counted as the report (`reported`): a run cut short
+        # later still asks for the evidence then.
+        held = self._held(cand, left, "before the correctness trials")
+        if held is not None:
+            return {"status": "rejected", "message": "", "flags": flags + held[0], "confinement": held[1]}
         # -- correctness: fresh secret seeds, two input distributions, agreement on a repeat
         mark = len(flags)
         try:
@@ -303,16 +312,10 @@ class Evaluator(CandidateWorkers, ReferencePool, Trials, TimedRounds, Integrity)
         if any(f.severity == "reject" for f in flags) or error.mismatched or first is None:
             return {"status": "incorrect", "message": self._incorrect_message, "error": error,
                     "flags": flags, "confinement": self._report(cand, left, flags, reported)}
-        # The evidence the candidate's process already holds (the reference's code patched, a precision switch
-        # under strict, a clock replaced) decides before any timing; the report after timing reads it again, with
-        # what a program does only later. What it reads here stays there (a patch, a switch, a set-aside), but for
-        # child processes the program left running after its calls returned, which no honest program leaves. Not
-        # counted as the report (`reported`): a run cut short in timing still asks for the evidence then.
-        held: list[Flag] = []
-        confinement = self._report(cand, left, held, {}, when="after the correctness trials")
-        if any(f.severity == "reject" for f in held):
-            return {"status": "rejected", "message": "", "error": error, "flags": flags + held,
-                    "confinement": confinement}
+        held = self._held(cand, left, "after the correctness trials")
+        if held is not None:
+            return {"status": "rejected", "message": "", "error": error, "flags": flags + held[0],
+                    "confinement": held[1]}
         ph.mark("correctness")
         self._gpu.to_exclusive()  # nothing else runs on the device while the programs are timed
         ph.mark("alone")
@@ -375,6 +378,13 @@ class Evaluator(CandidateWorkers, ReferencePool, Trials, TimedRounds, Integrity)
         return {"status": "ok", "message": "", **primary, "latency_speedup": latency, "reference": ref_t,
                 "candidate_timing": cand_t, "reference_compiled": comp_t, "error": error, "flags": flags,
                 "confinement": report, **graphs}
+
+    def _held(self, cand, left, when: str) -> tuple[list[Flag], dict] | None:
+        """The candidate's tampering evidence read `when` (its flags, its confinement report) where any of it
+        refuses the candidate; None where none does."""
+        held: list[Flag] = []
+        confinement = self._report(cand, left, held, {}, when=when)
+        return (held, confinement) if any(f.severity == "reject" for f in held) else None
 
     def _aborted(self, a: Aborted, p: Prepared) -> dict:
         """Verdict fields of an evaluation cut short, with the candidate's tampering evidence where it can give it."""
