@@ -167,7 +167,7 @@ def test_trials_that_run_out_of_memory_beside_other_work_run_again_with_the_devi
         p = ev.prepare(task, cand)
         # room for one of a trial's three tensors (inputs, their kept copy, outputs) and the lent reply buffers
         beside = [torch.empty(torch.cuda.mem_get_info(0)[0] - 3 * numel * 4, dtype=torch.uint8, device="cuda")]
-        alone, asked = ev._gpu.to_exclusive, []
+        alone, asked = ev._stage.to_exclusive, []
 
         def to_exclusive():
             asked.append(ev._phases.seen.get("correctness"))  # None: asked before the trials had passed
@@ -175,7 +175,7 @@ def test_trials_that_run_out_of_memory_beside_other_work_run_again_with_the_devi
             torch.cuda.empty_cache()
             alone()
 
-        ev._gpu.to_exclusive = to_exclusive
+        ev._stage.to_exclusive = to_exclusive
         v = ev.judge(p)
     assert v.status == "ok", v.message
     assert asked[0] is None, "the trials did not run out of memory beside the block: nothing was shown"

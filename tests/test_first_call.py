@@ -16,6 +16,7 @@ FAST = dict(device="cpu", correctness_trials=3, timing_rounds=2, timing_precisio
 
 def _shared(e: Evaluator) -> Evaluator:
     e._gpu = DeviceLock(sharing=True)  # as on a GPU: untimed work shares the device
+    e._stage = e._gpu.stage()
     e._device_bytes = 1 << 40
     return e
 
@@ -102,7 +103,7 @@ def test_trials_that_run_out_of_memory_while_shared_run_again_alone_in_a_fresh_w
     check, seen = ev._check, []
 
     def short_of_memory_once(*args):
-        seen.append((ev._gpu.shared, args[2]))  # (held shared, the candidate's worker)
+        seen.append((ev._stage.shared, args[2]))  # (held shared, the candidate's worker)
         if len(seen) == 1:
             args[4].append("a flag of the failed trials, which must not outlive them")
             raise Aborted({"status": "runtime_error", "message": "trial 1: CUDA out of memory. Tried to allocate"})

@@ -2,7 +2,9 @@
 import threading
 import time
 
-from kernelrl.evaluate.gpulock import DeviceLock
+import torch
+
+from kernelrl.evaluate.gpulock import DeviceLock, device_lock
 
 WAIT = 0.3  # seconds a blocked holder is given to show that it is blocked
 
@@ -23,36 +25,40 @@ def _beside(lock: DeviceLock, release: threading.Event):
     return run
 
 
+def _timing(stage) -> tuple[threading.Thread, threading.Event]:
+    """Make `stage`'s hold exclusive in a thread (its GPU stage asking for the device to time); the event is set once
+    it has the device alone."""
+    def run(got):
+        stage.to_exclusive()
+        got.set()
+    return _start(run)
+
+
 def test_holders_beside_the_gpu_stage_share_the_device_with_its_correctness():
     lock, release = DeviceLock(), threading.Event()
-    lock.hold(shared=True)
+    stage = lock.stage()
+    stage.hold(shared=True)
     t, got = _start(_beside(lock, release))
     assert got.wait(WAIT * 10)  # a probe runs while the GPU stage checks correctness
     release.set()
     t.join(10)
-    lock.let_go()
+    stage.let_go()
 
 
 def test_timing_waits_for_the_holders_beside_it_and_keeps_new_ones_out():
     lock, first_done = DeviceLock(beside=2), threading.Event()
-    lock.hold(shared=True)
+    stage = lock.stage()
+    stage.hold(shared=True)
     t1, got1 = _start(_beside(lock, first_done))
     assert got1.wait(10)
-    upgraded = threading.Event()
-
-    def judge():
-        lock.to_exclusive()
-        upgraded.set()
-
-    tj = threading.Thread(target=judge, daemon=True)
-    tj.start()
+    tj, upgraded = _timing(stage)
     assert not upgraded.wait(WAIT)  # the holder beside it is still on the device
     t2, got2 = _start(_beside(lock, threading.Event()))
     assert not got2.wait(WAIT)  # a new holder waits behind the timing that asked first
     first_done.set()
     assert upgraded.wait(10)
     assert not got2.is_set()  # nothing shares the device while it is timed
-    lock.let_go()
+    stage.let_go()
     assert got2.wait(10)
 
 
@@ -69,11 +75,12 @@ def test_at_most_two_holders_stand_beside_the_gpu_stage():
 
 def test_a_device_that_is_not_shared_gives_every_holder_the_device_alone():
     lock, release = DeviceLock(sharing=False), threading.Event()
-    lock.hold(shared=True)  # the CPU: its timing and everyone's compiles contend for the same cores
+    stage = lock.stage()
+    stage.hold(shared=True)  # the CPU: its timing and everyone's compiles contend for the same cores
     t, got = _start(_beside(lock, release))
     assert not got.wait(WAIT)
-    lock.to_exclusive()  # already alone
-    lock.let_go()
+    stage.to_exclusive()  # already alone
+    stage.let_go()
     assert got.wait(10)
     release.set()
     t.join(10)
@@ -96,3 +103,30 @@ def test_the_exclusive_context_waits_for_shared_holders():
     assert entered.wait(10)
     tt.join(10)
     t.join(10)
+
+
+def test_a_cuda_device_has_one_lock_in_a_process_and_each_cpu_evaluator_its_own():
+    # Evaluators of one GPU (one per precision policy) and a red team's audit share its lock; two CPU "devices"
+    # judge side by side
+    assert device_lock(torch.device("cuda", 0)) is device_lock(torch.device("cuda", 0))
+    assert device_lock(torch.device("cuda", 0)) is not device_lock(torch.device("cuda", 1))
+    assert device_lock(torch.device("cpu")) is not device_lock(torch.device("cpu"))
+    assert not device_lock(torch.device("cpu")).sharing
+
+
+def test_one_evaluators_timing_waits_for_another_evaluators_trials_on_the_same_device():
+    # Two GPU stages on one lock (two policies' evaluators): each keeps its own hold, and timing is alone
+    lock = DeviceLock()
+    strict, kernelbench = lock.stage(), lock.stage()
+    strict.hold(shared=True)
+    kernelbench.hold(shared=True)  # trials of both at once
+    t, timed = _timing(strict)
+    assert not timed.wait(WAIT)  # the other evaluator's trials are still on the device
+    kernelbench.let_go()
+    assert timed.wait(10)
+    t.join(10)
+    t2, got = _start(_beside(lock, threading.Event()))
+    assert not got.wait(WAIT)  # nothing beside the timing
+    strict.let_go()
+    assert got.wait(10)
+

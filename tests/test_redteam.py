@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import threading
 from pathlib import Path
 
 import pytest
@@ -14,7 +15,8 @@ from typer.testing import CliRunner
 
 from kernelrl.bench.suite import SuiteTask
 from kernelrl.cli import app
-from kernelrl.evaluate import EvalConfig
+from kernelrl.evaluate import EvalConfig, check_device
+from kernelrl.evaluate.gpulock import DeviceLock, device_lock
 from kernelrl.redteam.audit import audit_task
 from kernelrl.redteam.cases import load_cases
 from kernelrl.redteam.journal import JOURNAL, Journal
@@ -114,6 +116,38 @@ def test_the_audit_flags_a_task_a_trivial_program_solves(task, policy, flagged, 
         profile, found = audit_task(reference, probe, policy)
     assert [f.check for f in found if f.severity == "flag"] == flagged
     assert [list(s.shape) for s in profile.outputs] == [list(s.shape) for s in profile.inputs]
+
+
+def test_an_audit_draw_waits_while_the_device_is_timed(tmp_path):
+    # On CUDA the next task's audit runs beside the evaluators' jobs: its draws hold the device lock as their
+    # untimed work does, so none runs while a program is timed
+    lock = DeviceLock()
+    reference = Task.from_file(DATA / "identity.py")
+    drawn = threading.Event()
+    with ProbeWorker(reference, "cpu", tmp_path, hold=lock.beside) as probe:
+        probe.draw(1, base=True)  # the worker started and its reference built, before the device is taken
+        with lock.exclusive():  # an evaluator times
+            t = threading.Thread(target=lambda: (probe.draw(2), drawn.set()), daemon=True)
+            t.start()
+            assert not drawn.wait(1.0)
+        assert drawn.wait(60)
+        t.join(10)
+
+
+@pytest.mark.gpu
+def test_on_cuda_a_tasks_audit_waits_while_an_evaluator_of_its_device_times(tmp_path):
+    st = SuiteTask(Task.from_file(DATA / "identity.py"), "identity.py", "")
+    team = RedTeam(RunConfig(EvalConfig(device="cuda:0", cache_dir=str(tmp_path))), tmp_path,
+                   Journal(tmp_path / JOURNAL))
+    audited = threading.Event()
+    with device_lock(check_device("cuda:0")).exclusive():  # as `Evaluator` holds it to time
+        t = threading.Thread(target=lambda: (team._audit(st, {}), audited.set()), daemon=True)
+        t.start()
+        assert not audited.wait(20)
+    assert audited.wait(120)
+    t.join(10)
+    (record,) = journal(tmp_path)
+    assert record["profile"] is not None, record
 
 
 def test_strict_refuses_an_input_handed_back_where_it_is_the_output_only_on_the_tasks_own_range(tmp_path):

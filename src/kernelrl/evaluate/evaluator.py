@@ -25,7 +25,7 @@ from kernelrl.evaluate.refpool import ReferencePool
 from kernelrl.evaluate.trials import Trials
 from kernelrl.evaluate.timing import TimedRounds, _ratio, close_fresh, drop_fresh
 from kernelrl.evaluate.integrity import Integrity, _static_flags, _under_policy
-from kernelrl.evaluate.gpulock import DeviceLock
+from kernelrl.evaluate.gpulock import device_lock
 
 __all__ = ["HARNESS", "EvaluationError", "Evaluator", "Prepared", "check_device"]
 
@@ -67,8 +67,10 @@ class Evaluator(CandidateWorkers, ReferencePool, Trials, TimedRounds, Integrity)
         self._refs: OrderedDict[str, tuple[Worker, dict]] = OrderedDict()
         self._max_refs = max_reference_workers
         self._lock = threading.RLock()  # the GPU stage, one job at a time: judge, time_reference
-        # the device: shared by what is not timed (correctness, probes, first calls), exclusive for timing
-        self._gpu = DeviceLock(sharing=self.device.type == "cuda")
+        # the device: shared by what is not timed (correctness, probes, first calls), exclusive for timing; one lock
+        # for every evaluator of a CUDA device in this process, each evaluator's GPU stage holding it as its `_stage`
+        self._gpu = device_lock(self.device)
+        self._stage = self._gpu.stage()
         self._refs_lock = threading.RLock()  # self._refs, self._spare, self._starting, self._live
         self._starting: dict[str, threading.Lock] = {}  # one reference start per task at a time
         self._next_seeds: dict[str, int] = {}  # task digest -> the seed its next reference start takes
@@ -193,7 +195,7 @@ class Evaluator(CandidateWorkers, ReferencePool, Trials, TimedRounds, Integrity)
             finally:
                 self._current = None
                 self._rest(prepared.ref)
-                self._gpu.let_go()
+                self._stage.let_go()
                 self.release(prepared)
 
     def release(self, prepared: Prepared) -> None:
@@ -210,7 +212,7 @@ class Evaluator(CandidateWorkers, ReferencePool, Trials, TimedRounds, Integrity)
     def _judge(self, p: Prepared) -> Verdict:
         task, candidate = p.task, p.candidate
         start = time.monotonic()
-        self._gpu.hold(shared=self._shares(p.state))  # correctness beside other untimed work, or alone
+        self._stage.hold(shared=self._shares(p.state))  # correctness beside other untimed work, or alone
         p.phases.mark("waited")
         waited = p.phases.seen["waited"]
         self._phases = p.phases
@@ -299,12 +301,12 @@ class Evaluator(CandidateWorkers, ReferencePool, Trials, TimedRounds, Integrity)
         try:
             error, first = self._check(task, ref, cand, left, flags)
         except (Aborted, EvaluationError) as e:
-            if not (self._gpu.shared and _out_of_memory(e)):
+            if not (self._stage.shared and _out_of_memory(e)):
                 raise
             # Out of device memory beside other untimed work: the trials are run again with the device alone, in a
             # fresh candidate worker and the reference put back as built, so the verdict is the program's own.
             del flags[mark:]
-            self._gpu.to_exclusive()
+            self._stage.to_exclusive()
             self._rest(ref)
             self._renew_candidate(p, left)
             cand = p.cand
@@ -317,7 +319,7 @@ class Evaluator(CandidateWorkers, ReferencePool, Trials, TimedRounds, Integrity)
             return {"status": "rejected", "message": "", "error": error, "flags": flags + held[0],
                     "confinement": held[1]}
         ph.mark("correctness")
-        self._gpu.to_exclusive()  # nothing else runs on the device while the programs are timed
+        self._stage.to_exclusive()  # nothing else runs on the device while the programs are timed
         ph.mark("alone")
         self._policies(task, ref, cand, left, flags)
         # -- timing: reference and candidate alternate; every timed call has fresh inputs, outputs checked

@@ -10,11 +10,29 @@ torch.compile compiles (`compilegate`) and takes it again before the compiled co
 
 On a device that is not shared (`sharing=False`, the CPU: its timing and everyone's compiles contend for the
 same cores) every hold is exclusive.
+
+A CUDA device has one lock in a process (`device_lock`), whichever evaluators (one per precision policy a scheduler
+is asked for) or other untimed work (a red team's task audit) use it; each evaluator's GPU stage holds it through a
+`Stage` of its own.
 """
 from __future__ import annotations
 
 import contextlib
 import threading
+
+
+_LOCKS: dict[tuple[str, int], "DeviceLock"] = {}
+_LOCKS_GUARD = threading.Lock()
+
+
+def device_lock(device) -> "DeviceLock":
+    """The lock of a `torch.device`: for a CUDA device (indexed, as `check_device` gives it), the one lock every holder
+    in this process shares, so that nothing any of them runs is on the device while another times; for the CPU a lock
+    of its own (several CPU evaluators are several devices, `LocalScheduler`)."""
+    if device.type != "cuda":
+        return DeviceLock(sharing=False)
+    with _LOCKS_GUARD:
+        return _LOCKS.setdefault((device.type, device.index or 0), DeviceLock(sharing=True))
 
 
 class DeviceLock:
@@ -25,33 +43,10 @@ class DeviceLock:
         self._writer = False
         self._writers_waiting = 0
         self._beside = threading.BoundedSemaphore(beside)
-        self._mode: str | None = None  # the GPU stage's hold: "shared", "exclusive" or None
 
-    # -- the GPU stage's hold (one at a time: the Evaluator serialises its stages) -----------------------------
-    def hold(self, shared: bool) -> None:
-        """Take the device for the GPU stage: shared (its correctness trials) or exclusive."""
-        self._mode = self._acquire(shared)
-
-    def to_exclusive(self) -> None:
-        """The GPU stage's hold made exclusive (before timing): waits for the shared holders beside it."""
-        if self._mode == "exclusive":
-            return
-        with self._cond:
-            self._readers -= 1
-            self._cond.notify_all()
-            self._take_alone()
-        self._mode = "exclusive"
-
-    @property
-    def shared(self) -> bool:
-        """Whether the GPU stage holds the device shared (others may be on it beside its work)."""
-        return self._mode == "shared"
-
-    def let_go(self) -> None:
-        """Give up the GPU stage's hold, if any."""
-        mode, self._mode = self._mode, None
-        if mode is not None:
-            self._release(mode)
+    def stage(self) -> "Stage":
+        """A GPU stage's hold on this device (one for each evaluator that judges on it)."""
+        return Stage(self)
 
     @contextlib.contextmanager
     def exclusive(self):
@@ -127,3 +122,36 @@ class Beside:
             mode, self._mode = self._mode, None
             self._lock._release(mode)
             self._lock._beside.release()
+
+
+class Stage:
+    """An evaluator's GPU stage on a device (`DeviceLock.stage`): its correctness trials hold the device shared (or
+    alone), its timing alone; one job at a time (the Evaluator serialises its stages)."""
+
+    def __init__(self, lock: DeviceLock):
+        self._lock, self._mode = lock, None  # the hold: "shared", "exclusive" or None
+
+    def hold(self, shared: bool) -> None:
+        """Take the device for the GPU stage: shared (its correctness trials) or exclusive."""
+        self._mode = self._lock._acquire(shared)
+
+    def to_exclusive(self) -> None:
+        """The GPU stage's hold made exclusive (before timing): waits for the shared holders beside it."""
+        if self._mode == "exclusive":
+            return
+        with self._lock._cond:
+            self._lock._readers -= 1
+            self._lock._cond.notify_all()
+            self._lock._take_alone()
+        self._mode = "exclusive"
+
+    @property
+    def shared(self) -> bool:
+        """Whether the GPU stage holds the device shared (others may be on it beside its work)."""
+        return self._mode == "shared"
+
+    def let_go(self) -> None:
+        """Give up the GPU stage's hold, if any."""
+        mode, self._mode = self._mode, None
+        if mode is not None:
+            self._lock._release(mode)

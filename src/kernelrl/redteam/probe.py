@@ -3,9 +3,11 @@ on chosen draws (a seed, a scale, one input drawn again) compare with its first 
 of the task's code, and the outputs never leave the worker."""
 from __future__ import annotations
 
+import contextlib
 import secrets
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Callable, ContextManager
 
 from kernelrl.evaluate.harness import Harness
 from kernelrl.sandbox.process import Worker, WorkerError
@@ -145,11 +147,13 @@ def _spec(x, torch) -> dict:
 
 
 class ProbeWorker:
-    """A task's reference in a worker of its own, confined like the evaluator's; `draw` runs it once."""
+    """A task's reference in a worker of its own, confined like the evaluator's; `draw` runs it once, holding the
+    device through `hold` where given (a device lock's `beside`: no draw runs while an evaluator of that device
+    times)."""
 
     def __init__(self, task: Task, device: str, cache: Path, timeout_s: float = 300.0, confine: bool = True,
-                 memory_gb: float = 16.0):
-        self.task, self.device, self.timeout_s = task, device, timeout_s
+                 memory_gb: float = 16.0, hold: Callable[[], ContextManager] | None = None):
+        self.task, self.device, self.timeout_s, self.hold = task, device, timeout_s, hold
         build = cache / "build" / f"redteam-{task.digest}"
         build.mkdir(parents=True, exist_ok=True)
         init = {"role": "reference", "task_source": task.source, "seed": secrets.randbits(31),
@@ -165,7 +169,8 @@ class ProbeWorker:
         op = {"op": "draw", "seed": seed, "scale": scale, "vary": list(vary) if vary else None, "base": base,
               "rule": rule or {"policy": "strict"}}
         try:
-            h, _ = self.worker.request(op, self.timeout_s)
+            with self.hold() if self.hold else contextlib.nullcontext():
+                h, _ = self.worker.request(op, self.timeout_s)
         except WorkerError as e:
             last = [ln for ln in e.stderr_tail.strip().splitlines() if ln.strip()][-1:]
             raise ProbeError(f"{self.task.name}: the reference does not run: {e}"

@@ -1,8 +1,9 @@
 """A red-team run over a suite: each task audited (its reference in a probe worker), then the catalogue's templates
 judged by the real evaluator; then, where an LLM is given, the hacker. On CUDA the jobs go through a `LocalScheduler`
 (builds and worker starts ahead of the GPU stage, several GPUs sharing them), a task's templates submitted together so
-they share its reference worker while the next task is audited; on the CPU they are judged one at a time. Every
-finished piece of work goes into the journal as it finishes."""
+they share its reference worker while the next task is audited (its draws hold the device as untimed work does:
+never while an evaluator times); on the CPU they are judged one at a time. Every finished piece of work goes into
+the journal as it finishes."""
 from __future__ import annotations
 
 import time
@@ -14,8 +15,9 @@ from typing import Callable, Sequence
 import torch
 
 from kernelrl.bench.suite import SuiteTask
-from kernelrl.evaluate import EvalConfig, Evaluator
+from kernelrl.evaluate import EvalConfig, Evaluator, check_device
 from kernelrl.evaluate.audit import audit as static_audit
+from kernelrl.evaluate.gpulock import device_lock
 from kernelrl.redteam.audit import Finding, audit_task
 from kernelrl.redteam.cases import CASES, write_case
 from kernelrl.redteam.journal import Journal, key
@@ -179,9 +181,11 @@ class RedTeam:
             return done[key(record)]
         cfg = self.config.eval
         t0 = time.monotonic()
+        # On CUDA the audit runs beside the evaluators' jobs: its draws hold the device as their untimed work does
+        hold = device_lock(check_device(cfg.device)).beside if self.config.device_type == "cuda" else None
         try:
             with ProbeWorker(st.task, cfg.device, cfg.cache_path, cfg.timeout_s, cfg.confine,
-                             cfg.memory_limit_gb) as probe:
+                             cfg.memory_limit_gb, hold=hold) as probe:
                 profile, found = audit_task(st.task, probe, record["policy"])
             record.update(profile=profile.to_dict(), findings=[f.to_dict() for f in found])
         except ProbeError as e:
