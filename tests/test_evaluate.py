@@ -3,6 +3,7 @@ import json
 import subprocess
 import threading
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -317,6 +318,40 @@ def test_a_round_slowed_as_a_whole_asks_for_no_more_rounds_but_rounds_that_disag
     double = [2 * c for c in TANH_CAND]
     assert _relative_stderr(TANH_REF, double) == pytest.approx(_relative_stderr(double, TANH_REF))
     assert _relative_stderr(TANH_REF, double) == pytest.approx(_relative_stderr(TANH_REF, TANH_CAND))
+
+
+class _Replays:
+    """A worker's side of graph-replay rounds: each request answered with the next round's replay times (us)."""
+
+    def __init__(self, rounds):
+        self.rounds, self.asked = list(rounds), 0
+
+    def request(self, op, timeout=None):
+        self.send(op)
+        return self.receive(timeout)
+
+    def send(self, op):
+        assert op["op"] == "graph"
+
+    def receive(self, timeout=None, device=None):
+        self.asked += 1
+        return {"times_us": self.rounds.pop(0)}, {}
+
+
+def test_graph_replay_stops_at_its_own_least_rounds_where_the_speedup_is_precise_and_goes_on_where_not(tmp_path):
+    # Device time repeats from round to round: three rounds that agree give the speedup; rounds that disagree ask
+    # for more, up to the limit, as in eager timing
+    with Evaluator(EvalConfig(**dict(FAST, timing_rounds=5, timing_precision=0.004, cache_dir=str(tmp_path)))) as ev:
+        assert ev.config.graph_rounds == 3
+        for cand_rounds, asked in (([[50.0] * 3] * 15, 3), ([[50.0] * 3, [60.0] * 3] * 8, 15)):
+            ref, cand = _Replays([[100.0] * 3] * 15), _Replays(cand_rounds)
+            got = ev._graphs(None, ref, cand, ev._left(time.monotonic() + 60), [], {}, {})
+            assert (ref.asked, cand.asked) == (asked, asked)
+            assert len(got["reference_graph"].round_medians_us) == asked
+        ref, cand = _Replays([[100.0] * 3] * 15), _Replays([[50.0] * 3] * 15)
+    with Evaluator(EvalConfig(**dict(FAST, timing_rounds=2, timing_precision=0, cache_dir=str(tmp_path)))) as ev:
+        ev._graphs(None, ref, cand, ev._left(time.monotonic() + 60), [], {}, {})  # fixed rounds: --rounds 2
+        assert (ref.asked, cand.asked) == (2, 2)
 
 
 def test_long_calls_get_fewer_calls_per_round_from_the_first_by_the_references_trials(task, tmp_path):

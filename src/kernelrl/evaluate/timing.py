@@ -151,16 +151,18 @@ class TimedRounds:
     def _graphs(self, task, ref, cand, left, flags, first, shape: dict, compiled: bool | None = None) -> dict:
         """CUDA-graph replay times (device time) of both programs, when both can be captured.
 
-        Rounds alternate and adapt as in `_timing` (`shape` from `_round_for` of the eager reference time),
-        and every replay's outputs are checked the same way.
+        Rounds alternate and adapt as in `_timing` (`shape` from `_round_for` of the eager reference time), from
+        `graph_rounds` on (device time repeats from round to round, unlike the host's launch work in eager
+        latency), and every replay's outputs are checked the same way.
         With `compare_compile`, the torch.compile'd reference is replayed too (its time is None when it
         cannot be captured)."""
         cfg = self.config
         ref_s, cand_s, comp_s, ref_r, cand_r = [], [], [], [], []
         compiled = cfg.compare_compile if compiled is None else compiled
         seed = secrets.randbits(62)
+        least = min(cfg.graph_rounds, cfg.timing_rounds)
         for r in range(self._round_limit()):
-            if self._precise_enough(ref_r, cand_r):
+            if self._precise_enough(ref_r, cand_r, least=least):
                 break
             op = self._time_op(seed, kind="graph", **shape)
             if r % 2 == 0:
