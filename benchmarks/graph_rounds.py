@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from kernelrl.bench.resume import kept_results  # noqa: E402
 from kernelrl.evaluate import EvalConfig  # noqa: E402
 from kernelrl.evaluate.timing import _relative_stderr  # noqa: E402
-from speedup_spread import GOAL, quantile  # noqa: E402
+from speedup_spread import GOAL, emit, quantile  # noqa: E402
 
 
 def rounds_of(results) -> dict[str, tuple[list[float], list[float], float]]:
@@ -95,10 +95,7 @@ def main(argv=None) -> int:
             f"{precision:.1%}; |B/A - 1| per task):\n\n" + "\n".join(rows) + "\n\n"
             f"The ratio of round medians against the verdict's speedup over all of `{args.run_a}`'s rounds: "
             f"{statistics.median(apart):.3%} apart at the median, {max(apart):.3%} at most.\n")
-    print(text)
-    if args.out:
-        args.out.write_text(text)
-    return 0
+    return emit(text, args.out)
 
 
 if __name__ == "__main__":

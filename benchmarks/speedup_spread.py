@@ -56,6 +56,14 @@ def table(groups: dict[str, list[float]]) -> str:
     return "\n".join(rows)
 
 
+def emit(text: str, out: Path | None) -> int:
+    """Print a report, and write it to `out` where one is named; the exit status."""
+    print(text)
+    if out:
+        out.write_text(text)
+    return 0
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("run_a", type=Path)
@@ -71,10 +79,7 @@ def main(argv=None) -> int:
         return 1
     text = f"Speedup spread between `{args.run_a}` and `{args.run_b}` (|B/A - 1| per task ok in both):\n\n" \
            + table(groups) + "\n"
-    print(text)
-    if args.out:
-        args.out.write_text(text)
-    return 0
+    return emit(text, args.out)
 
 
 if __name__ == "__main__":
