@@ -321,21 +321,23 @@ def test_a_round_slowed_as_a_whole_asks_for_no_more_rounds_but_rounds_that_disag
 
 
 class _Replays:
-    """A worker's side of graph-replay rounds: each request answered with the next round's replay times (us)."""
+    """A worker's side of timing rounds (`kind` "graph" or "time"): each request answered with the next round's
+    call times (us)."""
 
-    def __init__(self, rounds):
-        self.rounds, self.asked = list(rounds), 0
+    def __init__(self, rounds, kind="graph"):
+        self.rounds, self.kind, self.asked = list(rounds), kind, 0
 
     def request(self, op, timeout=None):
         self.send(op)
         return self.receive(timeout)
 
     def send(self, op):
-        assert op["op"] == "graph"
+        assert op["op"] == self.kind
 
     def receive(self, timeout=None, device=None):
         self.asked += 1
-        return {"times_us": self.rounds.pop(0)}, {}
+        times = self.rounds.pop(0)
+        return {"times_us": times, "wall_us": times, "quiesce_us": [0.0] * len(times)}, {}
 
 
 def test_graph_replay_stops_at_its_own_least_rounds_where_the_speedup_is_precise_and_goes_on_where_not(tmp_path):
@@ -352,6 +354,18 @@ def test_graph_replay_stops_at_its_own_least_rounds_where_the_speedup_is_precise
     with Evaluator(EvalConfig(**dict(FAST, timing_rounds=2, timing_precision=0, cache_dir=str(tmp_path)))) as ev:
         ev._graphs(None, ref, cand, ev._left(time.monotonic() + 60), [], {}, {})  # fixed rounds: --rounds 2
         assert (ref.asked, cand.asked) == (2, 2)
+
+
+def test_eager_rounds_stop_at_the_most_they_are_given_and_go_on_from_there_when_asked_again(tmp_path):
+    # Where graph replay gives the speedup, a launch-bound program's latency may never come within 2%: its eager
+    # rounds end at timing_rounds; if the programs then cannot be replayed, they go on where they stopped
+    with Evaluator(EvalConfig(**dict(FAST, timing_rounds=5, timing_precision=0.004, cache_dir=str(tmp_path)))) as ev:
+        ref, cand = _Replays([[100.0] * 3] * 15, "time"), _Replays([[50.0] * 3, [70.0] * 3] * 8, "time")
+        rounds, left = {}, ev._left(time.monotonic() + 60)
+        ev._timing(None, ref, cand, left, [], {}, precision=0.02, least=3, rounds=rounds, most=5)
+        assert (ref.asked, cand.asked) == (5, 5)
+        ev._timing(None, ref, cand, left, [], {}, rounds=rounds)  # to timing_precision, up to the limit
+        assert (ref.asked, cand.asked) == (15, 15)
 
 
 def test_long_calls_get_fewer_calls_per_round_from_the_first_by_the_references_trials(task, tmp_path):

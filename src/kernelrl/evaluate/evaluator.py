@@ -326,15 +326,17 @@ class Evaluator(CandidateWorkers, ReferencePool, Trials, TimedRounds, Integrity)
         if cfg.compare_compile:
             self._compile_reference(ref, task)
         # Where graph replay will give the speedup, eager latency is measured to `latency_precision` only, after
-        # `latency_rounds`, and to `timing_precision` after all if the programs cannot be replayed (the rounds go on
-        # where they stopped).
+        # `latency_rounds` and in `timing_rounds` at most (a launch-bound program's latency can take every round to
+        # the limit, for a figure the verdict only reports), and to `timing_precision` after all if the programs
+        # cannot be replayed (the rounds go on where they stopped).
         replayed = cfg.use_graphs and self.device.type == "cuda"
         latency_only = replayed and cfg.timing_basis == "device"
         rounds = {}
         ref_t, cand_t, comp_t, stderr = self._timing(
             task, ref, cand, left, flags, first, rounds=rounds,
             precision=max(cfg.latency_precision, cfg.timing_precision) if latency_only else None,
-            least=min(cfg.latency_rounds, cfg.timing_rounds) if latency_only else None)
+            least=min(cfg.latency_rounds, cfg.timing_rounds) if latency_only else None,
+            most=cfg.timing_rounds if latency_only else None)
         ph.mark("timing")
         graphs = self._graphs(task, ref, cand, left, flags, first, self._round_for(ref_t.median_us)) if replayed \
             else {}

@@ -46,12 +46,14 @@ class TimedRounds:
         return h, t
 
     def _timing(self, task, ref, cand, left, flags, first, compiled: bool | None = None,
-                precision: float | None = None, rounds: dict | None = None, least: int | None = None):
+                precision: float | None = None, rounds: dict | None = None, least: int | None = None,
+                most: int | None = None):
         """Eager per-call timing of both programs in alternating, adaptive rounds, at least `least` (default: the
         config's `timing_rounds`), until the speedup's relative standard error is under `precision` (default: the
-        config's `timing_precision`). `rounds`, when given, holds the rounds measured so far and is filled in
-        place: a later call with it goes on where this one stopped (more rounds to a finer precision). Returns
-        (reference, candidate, compiled reference timings, the speedup's relative standard error)."""
+        config's `timing_precision`), `most` rounds in all at most (default: `_round_limit`). `rounds`, when given,
+        holds the rounds measured so far and is filled in place: a later call with it goes on where this one
+        stopped (more rounds to a finer precision). Returns (reference, candidate, compiled reference timings, the
+        speedup's relative standard error)."""
         cfg = self.config
         compiled = cfg.compare_compile if compiled is None else compiled
         acc = rounds if rounds is not None else {}
@@ -60,7 +62,7 @@ class TimedRounds:
         seed = acc.setdefault("seed", secrets.randbits(62))  # one base input set; each timed call draws fresh inputs
         # calls and warm-up of a round (`_round_for`): from the reference's trials, then its first round's times
         shape = acc.setdefault("shape", self._round_for(first["ref_call_us"]) if first.get("ref_call_us") else {})
-        for r in range(len(ref_r), self._round_limit()):
+        for r in range(len(ref_r), min(most or self._round_limit(), self._round_limit())):
             if self._precise_enough(ref_r, cand_r, precision, least):
                 break
             op = self._time_op(seed, **shape)
