@@ -350,10 +350,12 @@ def test_graph_replay_stops_at_its_own_least_rounds_where_the_speedup_is_precise
             got = ev._graphs(None, ref, cand, ev._left(time.monotonic() + 60), [], {}, {})
             assert (ref.asked, cand.asked) == (asked, asked)
             assert len(got["reference_graph"].round_medians_us) == asked
+    for fixed in (2, 5):  # --precision 0 asks for fixed rounds: --rounds of them
         ref, cand = _Replays([[100.0] * 3] * 15), _Replays([[50.0] * 3] * 15)
-    with Evaluator(EvalConfig(**dict(FAST, timing_rounds=2, timing_precision=0, cache_dir=str(tmp_path)))) as ev:
-        ev._graphs(None, ref, cand, ev._left(time.monotonic() + 60), [], {}, {})  # fixed rounds: --rounds 2
-        assert (ref.asked, cand.asked) == (2, 2)
+        config = EvalConfig(**dict(FAST, timing_rounds=fixed, timing_precision=0, cache_dir=str(tmp_path)))
+        with Evaluator(config) as ev:
+            ev._graphs(None, ref, cand, ev._left(time.monotonic() + 60), [], {}, {})
+        assert (ref.asked, cand.asked) == (fixed, fixed)
 
 
 def test_eager_rounds_stop_at_the_most_they_are_given_and_go_on_from_there_when_asked_again(tmp_path):

@@ -29,7 +29,8 @@ class EvalConfig:
     latency_precision: float = 0.02      # ...of the eager latency speedup where graph replay gives the speedup,
     latency_rounds: int = 3              # ...after at least this many rounds (at most timing_rounds)
     graph_rounds: int = 3                # CUDA-graph replay: at least this many rounds (at most timing_rounds),
-                                         # more while the speedup is less precise than timing_precision
+                                         # more while the speedup is less precise than timing_precision (where
+                                         # that is 0, fixed rounds: timing_rounds of them)
     calls_per_round: int = 20            # timed calls per program per round
     round_us: float = 20000.0            # ...fewer once a call is known to be long: enough for this much timed
     min_calls_per_round: int = 3         # time per program and round, never fewer than this many calls

@@ -155,14 +155,16 @@ class TimedRounds:
 
         Rounds alternate and adapt as in `_timing` (`shape` from `_round_for` of the eager reference time), from
         `graph_rounds` on (device time repeats from round to round, unlike the host's launch work in eager
-        latency), and every replay's outputs are checked the same way.
+        latency; `timing_rounds` where `timing_precision` is 0, which asks for fixed rounds), and every replay's
+        outputs are checked the same way.
         With `compare_compile`, the torch.compile'd reference is replayed too (its time is None when it
         cannot be captured)."""
         cfg = self.config
         ref_s, cand_s, comp_s, ref_r, cand_r = [], [], [], [], []
         compiled = cfg.compare_compile if compiled is None else compiled
         seed = secrets.randbits(62)
-        least = min(cfg.graph_rounds, cfg.timing_rounds)
+        # at least graph_rounds, or the fixed rounds that a timing_precision of 0 asks for
+        least = min(cfg.graph_rounds, cfg.timing_rounds) if cfg.timing_precision > 0 else cfg.timing_rounds
         for r in range(self._round_limit()):
             if self._precise_enough(ref_r, cand_r, least=least):
                 break
