@@ -124,7 +124,7 @@ def test_an_audit_draw_waits_while_the_device_is_timed(tmp_path):
     lock = DeviceLock()
     reference = Task.from_file(DATA / "identity.py")
     drawn = threading.Event()
-    with ProbeWorker(reference, "cpu", tmp_path, hold=lock.beside) as probe:
+    with ProbeWorker(reference, "cpu", tmp_path, lock=lock) as probe:
         probe.draw(1, base=True)  # the worker started and its reference built, before the device is taken
         with lock.exclusive():  # an evaluator times
             t = threading.Thread(target=lambda: (probe.draw(2), drawn.set()), daemon=True)

@@ -662,7 +662,7 @@ class Harness:
             if v != self.precision0.get(k):
                 found.append(["precision_downgrade", f"global precision setting {k} changed "
                                                      f"from {self.precision0.get(k)!r} to {v!r}"])
-        found += self._persisting_l2(op.get("when", "after the timed calls"))
+        found += self._persisting_l2(op["when"])  # when the evaluator reads it (`Integrity._report`)
         for change in tamper.decoy_changes(self.decoy or {}):
             found.append(["baseline_tampering", f"the task's reference code in the candidate's process was changed: "
                                                 f"{change} (the reference runs elsewhere; the attempt is refused)"])

@@ -7,8 +7,9 @@ import contextlib
 import secrets
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Callable, ContextManager
 
+from kernelrl.evaluate.evaluator import check_device
+from kernelrl.evaluate.gpulock import DeviceLock, device_lock
 from kernelrl.evaluate.harness import Harness
 from kernelrl.sandbox.process import Worker, WorkerError
 from kernelrl.task import Task
@@ -147,13 +148,14 @@ def _spec(x, torch) -> dict:
 
 
 class ProbeWorker:
-    """A task's reference in a worker of its own, confined like the evaluator's; `draw` runs it once, holding the
-    device through `hold` where given (a device lock's `beside`: no draw runs while an evaluator of that device
-    times)."""
+    """A task's reference in a worker of its own, confined like the evaluator's; `draw` runs it once. On CUDA each
+    draw holds the device's lock beside untimed work (`gpulock.device_lock`, or `lock` where given), as a probe runs
+    beside the evaluators' jobs: no draw runs while an evaluator of that device times."""
 
     def __init__(self, task: Task, device: str, cache: Path, timeout_s: float = 300.0, confine: bool = True,
-                 memory_gb: float = 16.0, hold: Callable[[], ContextManager] | None = None):
-        self.task, self.device, self.timeout_s, self.hold = task, device, timeout_s, hold
+                 memory_gb: float = 16.0, lock: DeviceLock | None = None):
+        self.task, self.device, self.timeout_s = task, device, timeout_s
+        self.lock = lock or (device_lock(check_device(device)) if device.startswith("cuda") else None)
         build = cache / "build" / f"redteam-{task.digest}"
         build.mkdir(parents=True, exist_ok=True)
         init = {"role": "reference", "task_source": task.source, "seed": secrets.randbits(31),
@@ -169,7 +171,7 @@ class ProbeWorker:
         op = {"op": "draw", "seed": seed, "scale": scale, "vary": list(vary) if vary else None, "base": base,
               "rule": rule or {"policy": "strict"}}
         try:
-            with self.hold() if self.hold else contextlib.nullcontext():
+            with self.lock.beside() if self.lock else contextlib.nullcontext():
                 h, _ = self.worker.request(op, self.timeout_s)
         except WorkerError as e:
             last = [ln for ln in e.stderr_tail.strip().splitlines() if ln.strip()][-1:]

@@ -130,7 +130,11 @@ def markdown(s: dict) -> str:
         if not t["audit"] and not t["holes"]:
             quiet += 1
             continue
-        mark = " (flagged by the audit)" if flags_task(t["audit"]) else " (flagged: a hole)" if name in s["flagged"] else ""
+        mark = ""
+        if flags_task(t["audit"]):
+            mark = " (flagged by the audit)"
+        elif name in s["flagged"]:
+            mark = " (flagged: a hole)"
         lines += ["", f"### `{name}`{mark}", ""]
         lines += [f"- audit, {f['severity']}: **{f['check']}**: {f['message']}" for f in t["audit"]]
         if t["holes"]:

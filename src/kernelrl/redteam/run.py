@@ -15,9 +15,8 @@ from typing import Callable, Sequence
 import torch
 
 from kernelrl.bench.suite import SuiteTask
-from kernelrl.evaluate import EvalConfig, Evaluator, check_device
+from kernelrl.evaluate import EvalConfig, Evaluator
 from kernelrl.evaluate.audit import audit as static_audit
-from kernelrl.evaluate.gpulock import device_lock
 from kernelrl.redteam.audit import Finding, audit_task
 from kernelrl.redteam.cases import CASES, write_case
 from kernelrl.redteam.journal import Journal, key
@@ -181,11 +180,9 @@ class RedTeam:
             return done[key(record)]
         cfg = self.config.eval
         t0 = time.monotonic()
-        # On CUDA the audit runs beside the evaluators' jobs: its draws hold the device as their untimed work does
-        hold = device_lock(check_device(cfg.device)).beside if self.config.device_type == "cuda" else None
         try:
             with ProbeWorker(st.task, cfg.device, cfg.cache_path, cfg.timeout_s, cfg.confine,
-                             cfg.memory_limit_gb, hold=hold) as probe:
+                             cfg.memory_limit_gb) as probe:
                 profile, found = audit_task(st.task, probe, record["policy"])
             record.update(profile=profile.to_dict(), findings=[f.to_dict() for f in found])
         except ProbeError as e:
