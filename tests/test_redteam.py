@@ -118,6 +118,16 @@ def test_the_audit_flags_a_task_a_trivial_program_solves(task, policy, flagged, 
     assert [list(s.shape) for s in profile.outputs] == [list(s.shape) for s in profile.inputs]
 
 
+def test_under_strict_the_audit_judges_zeros_against_the_exact_result_as_the_trials_do(tmp_path):
+    """The mean of a group-normalised tensor is zero whatever the input: the fp32 output is rounding alone, beyond
+    strict's tolerance of any other draw's, and strict's trials judge such an output again against the float64
+    result, where zeros and a stored output are as accurate as the reference. The audit must flag the task."""
+    reference = Task.from_file(DATA / "centred.py")
+    with ProbeWorker(reference, "cpu", tmp_path) as probe:
+        _, found = audit_task(reference, probe, "strict")
+    assert [f.check for f in found if f.severity == "flag"] == ["stored_output_passes", "zeros_pass"]
+
+
 def test_an_audit_draw_waits_while_the_device_is_timed(tmp_path):
     # On CUDA the next task's audit runs beside the evaluators' jobs: its draws hold the device lock as their
     # untimed work does, so none runs while a program is timed

@@ -339,7 +339,7 @@ class Harness:
         outs, xs = self._held
         self._held = None
         samples = {}
-        self._sample(samples, 0, outs, torch.Generator().manual_seed(op["seed"]), op.get("n", 1 << 16))
+        self._sample(samples, 0, outs, self.torch.Generator().manual_seed(op["seed"]), op.get("n", 1 << 16))
         return {"type": "samples"}, samples
 
     def _facts(self, outs) -> dict:
@@ -374,19 +374,15 @@ class Harness:
         self._state0 = self._state()
         self._returned, self._prints = Returned(), {}
 
-    def op_exact(self, op):
-        """Reference role: the trial for `seed`/`dist` computed in float64 (parameters and inputs cast, tensors made
-        inside forward float64 by default): the exact result an fp32 output is judged against. All outputs (as
-        float64; `rounded`: as `exact.rounded_exact` gives them), or the samples `op_sample` took for `sample_seed`.
-        Unavailable where the program carries state that has moved, draws random numbers in forward, or cannot run in
-        float64."""
+    def exact_outputs(self, xs: list):
+        """The reference's outputs in float64 on float64 copies of inputs `xs` (floating outputs as float64), or
+        why they cannot be had (a str)."""
         torch = self.torch
         if self._pristine is None or not isinstance(self.model, torch.nn.Module):
-            return {"type": "exact", "unavailable": "the reference could not be copied"}, None
+            return "the reference could not be copied"
         if progstate.changes(self._state0, self._state()):
-            return {"type": "exact", "unavailable": "the reference carries state between calls"}, None
-        xs = [x.double() if isinstance(x, torch.Tensor) and x.is_floating_point() else x
-              for x in self.inputs(op["seed"], op.get("dist", "task"))]
+            return "the reference carries state between calls"
+        xs = [x.double() if isinstance(x, torch.Tensor) and x.is_floating_point() else x for x in xs]
         default = torch.get_default_dtype()
         try:
             if self._model64 is None:
@@ -397,12 +393,20 @@ class Harness:
             self._sync()
         except BaseException as e:
             self._sync_quietly()
-            return {"type": "exact", "unavailable": f"{type(e).__name__}: {str(e)[:200]}"}, None
+            return f"{type(e).__name__}: {str(e)[:200]}"
         finally:
             torch.set_default_dtype(default)
-        if problem:
-            return {"type": "exact", "unavailable": problem}, None
-        outs = [o.to(torch.float64) if o.is_floating_point() else o for o in outs]
+        return problem or [o.to(torch.float64) if o.is_floating_point() else o for o in outs]
+
+    def op_exact(self, op):
+        """Reference role: the trial for `seed`/`dist` computed in float64 (parameters and inputs cast, tensors made
+        inside forward float64 by default): the exact result an fp32 output is judged against. All outputs (as
+        float64; `rounded`: as `exact.rounded_exact` gives them), or the samples `op_sample` took for `sample_seed`.
+        Unavailable where the program carries state that has moved, draws random numbers in forward, or cannot run in
+        float64."""
+        outs = self.exact_outputs(self.inputs(op["seed"], op.get("dist", "task")))
+        if isinstance(outs, str):
+            return {"type": "exact", "unavailable": outs}, None
         if op.get("rounded") and op.get("sample_seed") is None:
             # Rounded to float32 with the norms that bound what the rounding hid (`exact.certainly_less_accurate`):
             # half the bytes, the size of an fp32 output's reply

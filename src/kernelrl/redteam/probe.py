@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import contextlib
 import secrets
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from kernelrl.evaluate.evaluator import check_device
 from kernelrl.evaluate.gpulock import DeviceLock, device_lock
@@ -15,6 +16,13 @@ from kernelrl.sandbox.process import Worker, WorkerError
 from kernelrl.task import Task
 
 ENTRY = "kernelrl.redteam.probe:Probe"
+# Draws with at most this many output elements are judged against the exact result too, where zeros or the first
+# draw's outputs miss strict's tolerance: outputs that are rounding alone come from reductions; a float64 run of a
+# gigabyte task's reference is not spent on each draw.
+EXACT_MOST = 1 << 22
+
+if TYPE_CHECKING:
+    from kernelrl.redteam.audit import Facts
 
 
 class ProbeError(RuntimeError):
@@ -83,14 +91,7 @@ class Probe(Harness):
         from kernelrl.redteam.audit import facts
 
         torch = self.torch
-        xs = self.inputs(op["seed"], scale=op.get("scale", 1.0))
-        varied = None
-        if op.get("vary") is not None:
-            j, other = op["vary"]
-            new = self.inputs(other, scale=op.get("scale", 1.0))[j]
-            varied = not (isinstance(new, torch.Tensor) and isinstance(xs[j], torch.Tensor)
-                          and new.shape == xs[j].shape and torch.equal(new, xs[j]))
-            xs[j] = new
+        xs, varied = self._draw_inputs(op)
         before = [_fingerprint(x, torch) for x in xs]
         self._ran = True
         self.after_reply = self._rest  # not before: an output may be storage the program keeps
@@ -113,10 +114,49 @@ class Probe(Harness):
             self._base = [o.clone() if o.numel() and o.untyped_storage().data_ptr() in owned else o for o in outs]
         rule = op["rule"]
         found = facts(self._base, outs, rule["policy"], rule.get("atol"), rule.get("rtol"), inputs)
+        if rule["policy"] == "strict" and not (found.zeros and found.passes) \
+                and sum(o.numel() for o in outs) <= EXACT_MOST:
+            found = self._against_exact(found, outs, op)
         header = {"type": "draw", "single": not isinstance(out, (tuple, list)), "varied": varied,
                   "inputs": [_spec(x, torch) for x in xs], "outputs": [_spec(o, torch) for o in outs],
                   "facts": asdict(found)}
         return header, None
+
+    def _draw_inputs(self, op) -> tuple[list, bool | None]:
+        """The inputs of draw `op`, and whether input `op["vary"][0]` came out other than the seed's (None: none
+        varied)."""
+        torch = self.torch
+        xs = self.inputs(op["seed"], scale=op.get("scale", 1.0))
+        varied = None
+        if op.get("vary") is not None:
+            j, other = op["vary"]
+            new = self.inputs(other, scale=op.get("scale", 1.0))[j]
+            varied = not (isinstance(new, torch.Tensor) and isinstance(xs[j], torch.Tensor)
+                          and new.shape == xs[j].shape and torch.equal(new, xs[j]))
+            xs[j] = new
+        return xs, varied
+
+    def _against_exact(self, found: Facts, outs: list, op: dict) -> Facts:
+        """Strict judges an fp32 output that misses its tolerance again against the exact (float64) result, and
+        accepts it where it errs about as much as the reference (`exact.against_exact`); so zeros, or the first
+        draw's outputs, pass there where the reference's own output is mostly rounding (the mean of a group-normalised
+        tensor, zero whatever the input). The facts with `zeros` and `passes` as that second judgement gives them."""
+        from kernelrl.evaluate.exact import against_exact
+
+        torch = self.torch
+        exact = self.exact_outputs(self._draw_inputs(op)[0])
+        if isinstance(exact, str) or len(exact) != len(outs):
+            return found
+
+        def accurate(made: list) -> bool:
+            return len(made) == len(outs) and all(
+                m.shape == o.shape and m.dtype == o.dtype
+                and (against_exact(m.to(o.device), o, x.to(o.device)).ok if o.is_floating_point()
+                     else torch.equal(m.to(o.device), o))
+                for m, o, x in zip(made, outs, exact))
+
+        zeros = found.zeros or accurate([torch.zeros_like(o) for o in outs])
+        return replace(found, zeros=zeros, passes=found.passes or accurate(self._base))
 
     def _rest(self):
         """Once a draw's reply is sent: the program put back as built, and cached device memory given back (the
