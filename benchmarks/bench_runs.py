@@ -58,6 +58,10 @@ def summarise(rows: list[TaskResult], runs: list[dict] | None) -> dict:
         out["unjudged"] = {s: n for s in UNJUDGED if (n := sum(r.get(s, 0) for r in runs))}
         busy = [b for r in runs for b in (r.get("device_busy") or {}).values()]
         out["busy"] = (min(busy), max(busy)) if busy else None
+        # the whole run's share: each slice's mean over its devices, weighted by its wall clock
+        spans = [(statistics.fmean(d.values()), r["wall_s"]) for r in runs if (d := r.get("device_busy"))]
+        span = sum(w for _, w in spans)
+        out["busy_share"] = sum(b * w for b, w in spans) / span if span > 0 else None
     return out
 
 
@@ -81,7 +85,7 @@ def table(named: list[tuple[str, dict]]) -> str:
             if s["unjudged"]:
                 wall += "; not judged: " + ", ".join(f"{n} {status}" for status, n in s["unjudged"].items())
         busy = "" if not s.get("busy") else (f"{s['busy'][0]:.0%}" if s["busy"][0] == s["busy"][1]
-                                              else f"{s['busy'][0]:.0%}–{s['busy'][1]:.0%}")
+                                              else f"{s['busy_share']:.1%} ({s['busy'][0]:.0%}–{s['busy'][1]:.0%})")
         sp = "" if not s["speedups"] else "{:.3f}, {:.3f}, {:.3f}".format(*s["speedups"])
         lines.append(f"| {name} | {s['tasks']} | {wall} | {f(s.get('per_hour'), '.0f')} | {busy} | "
                      + " | ".join(f(s[p], ".2f") for p in PHASES)

@@ -45,6 +45,7 @@ def test_the_rate_is_all_slices_tasks_over_their_summed_wall_and_the_phases_are_
     assert s["stage"] == pytest.approx((6.5 + 3 + 6 + 1.5) / 3)  # correctness, timing, graphs, finish
     assert s["stage_per_hour"] == pytest.approx(3600 * 3 / 17.0)
     assert s["speedups"] == (0.99, 1.00, 1.01) and s["long_graphs"] == 2 and s["busy"] == (0.8, 0.9)
+    assert s["busy_share"] == pytest.approx((0.9 * 20 + 0.8 * 16) / 36)  # slices weighted by their wall clock
 
 
 def test_a_level_row_leaves_the_wall_clock_out_and_failed_verdicts_out_of_the_speedups(tmp_path, capsys):
