@@ -3,14 +3,17 @@ fp32 reference, whatever order it adds in, and fails when TF32, bf16 or fp16 mat
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 import torch
 import torch.nn.functional as F
 
+from kernelrl.evaluate import EvalConfig, Evaluator
 from kernelrl.evaluate.compare import Mismatch
 from kernelrl.evaluate.exact import (FLOOR_REL_L2, against_exact, bound_may_decide, certainly_less_accurate,
                                     rounded_exact)
+from kernelrl.task import Candidate, Task
 
 
 def draw(seed: int, *shape: int) -> torch.Tensor:
@@ -239,3 +242,31 @@ def test_cuda_outputs_are_judged_as_host_outputs():
     host = judged(program, REDUCED["tf32"](program), a.cpu(), b.cpu())
     device = judged(program, REDUCED["tf32"](program), a, b)
     assert not device.ok and device.rel_l2 == pytest.approx(host.rel_l2, rel=0.1)
+
+
+CENTRED = Path(__file__).parent / "data" / "redteam" / "centred.py"
+# The centred task (the mean of a group-normalised tensor: zero whatever the input) summed in float64: more accurate
+# than the fp32 reference, whose output is rounding alone, and so beyond strict's tolerance of it on every trial
+MORE_ACCURATE_MEAN = '''
+import torch
+import torch.nn as nn
+
+
+class ModelNew(nn.Module):
+    def __init__(self, in_channels, out_channels, kernel_size, num_groups):
+        super().__init__()
+        self.conv = nn.Conv3d(in_channels, out_channels, kernel_size)
+        self.group_norm = nn.GroupNorm(num_groups, out_channels)
+
+    def forward(self, x):
+        return self.group_norm(self.conv(x)).double().mean(dim=[1, 2, 3, 4]).float()
+'''
+
+
+def test_a_more_accurate_program_is_judged_against_the_exact_result_on_its_sampled_trials_too(tmp_path):
+    """Full trials and sampled ones alike judge an output beyond the tolerance again against the exact result."""
+    config = EvalConfig(device="cpu", cache_dir=str(tmp_path), policy="strict", correctness_trials=4,
+                        timing_rounds=2, timing_precision=0, calls_per_round=3, warmup=1)
+    with Evaluator(config) as ev:
+        v = ev.evaluate(Task.from_file(CENTRED), Candidate.from_source(MORE_ACCURATE_MEAN, name="mean64"))
+    assert v.status == "ok", (v.status, [f.message for f in v.flags])

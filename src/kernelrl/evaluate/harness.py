@@ -339,7 +339,7 @@ class Harness:
         outs, xs = self._held
         self._held = None
         samples = {}
-        self._sample(samples, 0, outs, self.torch.Generator().manual_seed(op["seed"]), op.get("n", 1 << 16))
+        self._sample(samples, 0, outs, torch.Generator().manual_seed(op["seed"]), op.get("n", 1 << 16))
         return {"type": "samples"}, samples
 
     def _facts(self, outs) -> dict:
@@ -419,7 +419,7 @@ class Harness:
         if op.get("sample_seed") is None:
             return {"type": "exact", "outputs": len(outs)}, {f"out{i}": o for i, o in enumerate(outs)}
         samples = {}
-        self._sample(samples, 0, outs, torch.Generator().manual_seed(op["sample_seed"]), op.get("n", 1 << 16))
+        self._sample(samples, 0, outs, self.torch.Generator().manual_seed(op["sample_seed"]), op.get("n", 1 << 16))
         return {"type": "exact", "outputs": len(outs)}, samples
 
     def _written_bytes(self, outs, xs) -> int:
