@@ -5,7 +5,7 @@ import os
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-from kernelrl.task import POLICIES, check_policy
+from kernelrl.task import check_policy
 
 
 def default_cache_dir() -> Path:
