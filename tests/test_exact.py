@@ -245,22 +245,17 @@ def test_cuda_outputs_are_judged_as_host_outputs():
 
 
 CENTRED = Path(__file__).parent / "data" / "redteam" / "centred.py"
-# The centred task (the mean of a group-normalised tensor: zero whatever the input) summed in float64: more accurate
-# than the fp32 reference, whose output is rounding alone, and so beyond strict's tolerance of it on every trial
-MORE_ACCURATE_MEAN = '''
-import torch
-import torch.nn as nn
 
 
-class ModelNew(nn.Module):
-    def __init__(self, in_channels, out_channels, kernel_size, num_groups):
-        super().__init__()
-        self.conv = nn.Conv3d(in_channels, out_channels, kernel_size)
-        self.group_norm = nn.GroupNorm(num_groups, out_channels)
-
-    def forward(self, x):
-        return self.group_norm(self.conv(x)).double().mean(dim=[1, 2, 3, 4]).float()
-'''
+def more_accurate_mean() -> str:
+    """The centred task (the mean of a group-normalised tensor: zero whatever the input) with its mean summed in
+    float64: more accurate than the fp32 reference, whose output is rounding alone, and so beyond strict's tolerance
+    of it on every trial."""
+    source = CENTRED.read_text()
+    made = source.replace("class Model(", "class ModelNew(").replace(
+        "return x.mean(dim=[1, 2, 3, 4])", "return x.double().mean(dim=[1, 2, 3, 4]).float()")
+    assert made.count("ModelNew") == 1 and "double()" in made, "centred.py no longer reads as this test expects"
+    return made
 
 
 def test_a_more_accurate_program_is_judged_against_the_exact_result_on_its_sampled_trials_too(tmp_path):
@@ -268,5 +263,5 @@ def test_a_more_accurate_program_is_judged_against_the_exact_result_on_its_sampl
     config = EvalConfig(device="cpu", cache_dir=str(tmp_path), policy="strict", correctness_trials=4,
                         timing_rounds=2, timing_precision=0, calls_per_round=3, warmup=1)
     with Evaluator(config) as ev:
-        v = ev.evaluate(Task.from_file(CENTRED), Candidate.from_source(MORE_ACCURATE_MEAN, name="mean64"))
+        v = ev.evaluate(Task.from_file(CENTRED), Candidate.from_source(more_accurate_mean(), name="mean64"))
     assert v.status == "ok", (v.status, [f.message for f in v.flags])

@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import contextlib
 import secrets
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from kernelrl.evaluate.evaluator import check_device
 from kernelrl.evaluate.gpulock import DeviceLock, device_lock
@@ -20,9 +19,6 @@ ENTRY = "kernelrl.redteam.probe:Probe"
 # draw's outputs miss strict's tolerance: outputs that are rounding alone come from reductions; a float64 run of a
 # gigabyte task's reference is not spent on each draw.
 EXACT_MOST = 1 << 22
-
-if TYPE_CHECKING:
-    from kernelrl.redteam.audit import Facts
 
 
 class ProbeError(RuntimeError):
@@ -113,10 +109,12 @@ class Probe(Harness):
             owned = progstate.owned_storages(self._state())
             self._base = [o.clone() if o.numel() and o.untyped_storage().data_ptr() in owned else o for o in outs]
         rule = op["rule"]
-        found = facts(self._base, outs, rule["policy"], rule.get("atol"), rule.get("rtol"), inputs)
-        if rule["policy"] == "strict" and not (found.zeros and found.passes) \
-                and sum(o.numel() for o in outs) <= EXACT_MOST:
-            found = self._against_exact(found, outs, op)
+        exact = None
+        if rule["policy"] == "strict" and sum(o.numel() for o in outs) <= EXACT_MOST:
+            def exact():  # the call may have written into its inputs: drawn again for the float64 run
+                xs64 = self.exact_outputs(self._draw_inputs(op)[0])
+                return None if isinstance(xs64, str) else xs64
+        found = facts(self._base, outs, rule["policy"], rule.get("atol"), rule.get("rtol"), inputs, exact)
         header = {"type": "draw", "single": not isinstance(out, (tuple, list)), "varied": varied,
                   "inputs": [_spec(x, torch) for x in xs], "outputs": [_spec(o, torch) for o in outs],
                   "facts": asdict(found)}
@@ -135,28 +133,6 @@ class Probe(Harness):
                           and new.shape == xs[j].shape and torch.equal(new, xs[j]))
             xs[j] = new
         return xs, varied
-
-    def _against_exact(self, found: Facts, outs: list, op: dict) -> Facts:
-        """Strict judges an fp32 output that misses its tolerance again against the exact (float64) result, and
-        accepts it where it errs about as much as the reference (`exact.against_exact`); so zeros, or the first
-        draw's outputs, pass there where the reference's own output is mostly rounding (the mean of a group-normalised
-        tensor, zero whatever the input). The facts with `zeros` and `passes` as that second judgement gives them."""
-        from kernelrl.evaluate.exact import against_exact
-
-        torch = self.torch
-        exact = self.exact_outputs(self._draw_inputs(op)[0])
-        if isinstance(exact, str) or len(exact) != len(outs):
-            return found
-
-        def accurate(made: list) -> bool:
-            return len(made) == len(outs) and all(
-                m.shape == o.shape and m.dtype == o.dtype
-                and (against_exact(m.to(o.device), o, x.to(o.device)).ok if o.is_floating_point()
-                     else torch.equal(m.to(o.device), o))
-                for m, o, x in zip(made, outs, exact))
-
-        zeros = found.zeros or accurate([torch.zeros_like(o) for o in outs])
-        return replace(found, zeros=zeros, passes=found.passes or accurate(self._base))
 
     def _rest(self):
         """Once a draw's reply is sent: the program put back as built, and cached device memory given back (the
