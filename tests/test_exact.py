@@ -258,9 +258,10 @@ def more_accurate_mean() -> str:
     return made
 
 
-def test_a_more_accurate_program_is_judged_against_the_exact_result_on_its_sampled_trials_too(tmp_path):
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_a_more_accurate_program_is_judged_against_the_exact_result_on_its_sampled_trials_too(tmp_path, device):
     """Full trials and sampled ones alike judge an output beyond the tolerance again against the exact result."""
-    config = EvalConfig(device="cpu", cache_dir=str(tmp_path), policy="strict", correctness_trials=4,
+    config = EvalConfig(device=device, cache_dir=str(tmp_path), policy="strict", correctness_trials=4,
                         timing_rounds=2, timing_precision=0, calls_per_round=3, warmup=1)
     with Evaluator(config) as ev:
         v = ev.evaluate(Task.from_file(CENTRED), Candidate.from_source(more_accurate_mean(), name="mean64"))

@@ -329,3 +329,85 @@ def test_cpu_lanes_reach_the_gpu_scheduler(monkeypatch):
     monkeypatch.setattr(run, "LocalScheduler", lambda *a, **kw: made.append((a, kw)))
     run.scheduler_for(run.RunConfig(eval=EvalConfig(device="cuda"), devices=("cuda:0", "cuda:1"), cpu_lanes=12))
     assert made == [((EvalConfig(device="cuda"), ("cuda:0", "cuda:1")), {"lookahead": 3, "cpu_workers": 12})]
+
+
+class HoldingScheduler:
+    """Judges nothing while a run submits; every `period` seconds, or when `go` is set, it settles what it holds (a
+    verdict `incorrect`): records how many jobs were still unjudged when each job came in."""
+
+    capacity = 1
+
+    def __init__(self, period: float = 2.0):
+        self.held: list = []
+        self.seen: list[tuple[str, int]] = []
+        self.period = period
+        self.go = threading.Event()
+        self.closed = threading.Event()
+        threading.Thread(target=self._settle, daemon=True).start()
+
+    def submit(self, task, candidate):
+        from concurrent.futures import Future
+
+        self.seen.append((task.name, sum(not f.done() for f in self.held)))
+        self.held.append(Future())
+        return self.held[-1]
+
+    def _settle(self):
+        from kernelrl.verdict import Verdict
+
+        while not self.closed.is_set():
+            self.go.wait(self.period)
+            for f in list(self.held):
+                if not f.done():
+                    f.set_result(Verdict(status="incorrect", message="held"))
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.closed.set()
+
+
+def test_the_next_tasks_templates_are_queued_before_this_ones_are_judged(tmp_path, monkeypatch):
+    # The CPU lanes start the next task's reference and candidates while the device finishes this one's: a run
+    # that waited for a task's verdicts before queueing the next left them idle at every task's end.
+    from kernelrl.redteam import run
+
+    sched = HoldingScheduler()
+    monkeypatch.setattr(run, "scheduler_for", lambda config: sched)
+    tasks = [SuiteTask(Task.from_file(DATA / f"{name}.py"), f"{name}.py", "") for name in ("normal", "tiny")]
+    templates = tuple(t for t in TEMPLATES if t.name in ("zeros", "ones", "constant"))
+    config = RunConfig(EvalConfig(device="cpu", policy="strict"), templates=templates)
+    assert RedTeam(config, tmp_path, Journal(tmp_path / JOURNAL)).run(tasks)
+    assert [name for name, _ in sched.seen] == ["normal"] * 3 + ["tiny"] * 3
+    assert sched.seen[3] == ("tiny", 3)  # none of the first task's three verdicts had come
+    assert sum(r.get("status") == "incorrect" for r in journal(tmp_path)) == 6
+
+
+def test_on_cuda_tasks_are_audited_ahead_while_the_loop_waits_for_verdicts(tmp_path, monkeypatch):
+    # The audits run on their own thread two tasks ahead: the device's untimed work goes on while the jobs queued
+    # fill the pipeline. (The audits here are the CPU's; the run's device only picks the CUDA way of running them.)
+    from kernelrl.redteam import run
+
+    sched = HoldingScheduler(period=20.0)
+    monkeypatch.setattr(run, "scheduler_for", lambda config: sched)
+    cpu = RedTeam(RunConfig(EvalConfig(device="cpu", policy="strict")), tmp_path / "cpu",
+                  Journal(tmp_path / "cpu" / JOURNAL))
+    started: dict[str, int] = {}
+    audit_on_cpu = RedTeam._audit
+
+    def audit(self, st, done):
+        started[st.name] = sum(f.done() for f in sched.held)  # verdicts come by then
+        if len(started) == 4:
+            sched.go.set()
+        return audit_on_cpu(cpu, st, {})
+
+    monkeypatch.setattr(RedTeam, "_audit", audit)
+    names = ("normal", "tiny", "identity", "clamped")
+    tasks = [SuiteTask(Task.from_file(DATA / f"{name}.py"), f"{name}.py", "") for name in names]
+    templates = tuple(t for t in TEMPLATES if t.name in ("zeros", "ones", "constant"))
+    config = RunConfig(EvalConfig(device="cuda", policy="strict"), templates=templates)
+    assert RedTeam(config, tmp_path, Journal(tmp_path / JOURNAL)).run(tasks)
+    # the second task's templates leave more jobs unjudged than the loop goes on past: it waits there for verdicts,
+    # which come only once the fourth task's audit has started
+    assert list(started) == list(names) and started["clamped"] == 0

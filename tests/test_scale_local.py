@@ -137,9 +137,13 @@ def test_bad_scheduler_arguments_are_refused(config):
 def test_the_default_lanes_follow_the_cores_this_process_may_use_not_the_hosts(monkeypatch):
     # One bench pinned to a GPU's half of a two-GPU host (taskset, a cpuset) prepares on its own cores only.
     monkeypatch.setattr(os, "cpu_count", lambda: 64)
-    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(16, 22)), raising=False)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(16, 20)), raising=False)
     assert cpu_lanes(lookahead=2, n_dev=1) == 3
     assert cpu_lanes(lookahead=4, n_dev=1) == 4  # never fewer than the jobs waiting ahead of the device
+    # a one-GPU machine's 16 cores: 12 lanes, which keep a level-2 task's 2 s GPU stage fed (8 did not)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(16)), raising=False)
+    assert cpu_lanes(lookahead=3, n_dev=1) == 12 and cpu_lanes(lookahead=3, n_dev=2) == 12
+    assert cpu_lanes(lookahead=3, n_dev=1, cores=64) == 12  # at most 12 a device
 
 
 @pytest.mark.skipif(len(getattr(os, "sched_getaffinity", lambda _: ())(0)) < 2, reason="needs two cores")

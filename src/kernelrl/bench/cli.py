@@ -65,8 +65,8 @@ def bench_command(
                                           help="CUDA: make each candidate's first call (its torch.compile or "
                                                "Triton compilation) while it is prepared, beside untimed work"),
     cpu_lanes: Optional[int] = typer.Option(None, "--cpu-lanes", help="jobs prepared at once (workers started, "
-                                            "candidates built) for the devices to judge (default: half the cores "
-                                            "this process may use, at most 8 a device)"),
+                                            "candidates built) for the devices to judge (default: three of every "
+                                            "four cores this process may use, at most 12 a device)"),
     exclude_flagged: Optional[Path] = typer.Option(None, "--exclude-flagged", help="drop the tasks a `kernelrl "
                                                    "redteam` report of this folder (its redteam.json) flagged"),
 ):

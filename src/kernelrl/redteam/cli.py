@@ -53,8 +53,8 @@ def redteam_command(
     max_tokens: Optional[int] = typer.Option(None, "--max-tokens", help="reply token limit"),
     concurrency: int = typer.Option(1, "--concurrency", help="tasks the LLM hacks at once"),
     cpu_lanes: Optional[int] = typer.Option(None, "--cpu-lanes", help="CUDA: jobs prepared at once (workers "
-                                            "started, candidates built) for the GPUs to judge (default: half the "
-                                            "cores this process may use, at most 8 a GPU)"),
+                                            "started, candidates built) for the GPUs to judge (default: three of "
+                                            "every four cores this process may use, at most 12 a GPU)"),
 ):
     """Find the holes in a task set before a policy does: every known hack, written for each task, judged by the
     evaluator; and an audit of each task for outputs a trivial program produces."""

@@ -1,9 +1,10 @@
 """A red-team run over a suite: each task audited (its reference in a probe worker), then the catalogue's templates
 judged by the real evaluator; then, where an LLM is given, the hacker. On CUDA the jobs go through a `LocalScheduler`
 (builds and worker starts ahead of the GPU stage, several GPUs sharing them), a task's templates submitted together so
-they share its reference worker while the next task is audited (its draws hold the device as untimed work does:
-never while an evaluator times); on the CPU they are judged one at a time. Every finished piece of work goes into
-the journal as it finishes."""
+they share its reference worker, while the next tasks are audited one after another (their draws hold the device as
+untimed work does: never while an evaluator times); the next task's templates are queued before the last of this
+one's are judged, so that the CPU lanes start its reference and candidates while the device finishes this one. On
+the CPU they are judged one at a time. Every finished piece of work goes into the journal as it finishes."""
 from __future__ import annotations
 
 import time
@@ -38,6 +39,7 @@ class RunConfig:
     eval: EvalConfig
     templates: tuple[Template, ...] = TEMPLATES
     lookahead: int = 3
+    audits_ahead: int = 2  # CUDA: tasks audited ahead of the one whose templates are queued
     deadline: float | None = None
     devices: tuple[str, ...] = ()  # () means the evaluator's device alone
     cpu_lanes: int | None = None
@@ -118,9 +120,13 @@ class RedTeam:
         finished = True
         # On CUDA the next task is audited while this one's templates are judged; on the CPU, whose cores the
         # timing uses, one thing at a time.
+        # The audits run one after another on a thread of their own, `audits_ahead` tasks ahead of the templates.
         ahead = ThreadPoolExecutor(1, thread_name_prefix="audit") if self.config.device_type == "cuda" else None
         audits: dict[int, Future] = {}
         with scheduler_for(self.config) as sched:
+            # Unjudged jobs the loop goes on past: what keeps every device's pipeline full, and one task's templates
+            # more, so that the next task's jobs are queued when the lanes free up from this one's.
+            keep = sched.capacity + len(self.config.templates)
             jobs: list[_Job] = []
             for i, st in enumerate(tasks):
                 if self.config.late():
@@ -130,8 +136,10 @@ class RedTeam:
                 if early is not None:  # audited ahead: journal the verdicts that come in while it finishes
                     jobs = self._meanwhile(early, jobs)
                 audit = early.result() if early is not None else self._audit(st, done)
-                if ahead is not None and i + 1 < len(tasks):
-                    audits[i + 1] = ahead.submit(self._audit, tasks[i + 1], done)
+                if ahead is not None:
+                    for j in range(i + 1, min(i + 1 + self.config.audits_ahead, len(tasks))):
+                        if j not in audits:
+                            audits[j] = ahead.submit(self._audit, tasks[j], done)
                 if audit.get("profile") is None:
                     continue  # the reference does not run: nothing to judge against it
                 profile = self.profiles[st.name] = Profile.from_dict(audit["profile"])
@@ -139,10 +147,10 @@ class RedTeam:
                     job = self._submit(sched, st, template, profile, done)
                     if job is not None:
                         jobs.append(job)
-                jobs = self._settle(jobs, keep=sched.capacity)
+                jobs = self._settle(jobs, keep=keep)
             jobs = self._settle(jobs, keep=0)
-            if ahead is not None:
-                ahead.shutdown(wait=True)
+            if ahead is not None:  # audits not started by the time limit are left for a later run
+                ahead.shutdown(wait=True, cancel_futures=self.config.late())
             if self.hacker is not None and finished and not jobs:
                 finished = self.hacker.run(self, [st for st in tasks if st.name in self.profiles], sched)
         # Past the time limit, closing the scheduler cancelled the jobs no device had started (a later run does them)
