@@ -110,6 +110,14 @@ def test_wrong_candidate_is_incorrect(ev, task):
     assert "outside tolerance" in v.message
 
 
+@pytest.mark.parametrize("name", ["wrong", "raises"])
+def test_a_verdict_decided_in_the_trials_counts_their_time_as_correctness_not_finish(ev, task, name):
+    # `finish` is the report and the worker's close alone: a phase table reads where the GPU stage goes
+    v = judge(ev, task, name)
+    assert v.status in ("incorrect", "runtime_error") and "correctness" in v.phases, v.phases
+    assert "timing" not in v.phases
+
+
 def test_a_wrong_output_is_told_from_the_rounded_exact_result_without_its_float64_bytes(ev, task):
     judge(ev, task, "correct")  # the task's reference worker, kept for its next candidate
     ref = ev._refs[task.digest][0]
@@ -443,3 +451,4 @@ def test_a_re_measurement_takes_a_worker_started_ahead_while_the_device_timed_on
     assert any(f.check == "recheck" and "re-measured in a fresh worker" in f.message for f in v.flags)
     assert started and started[0][0].startswith("kernelrl-recheck-worker")  # a CPU lane, not the GPU stage
     assert not any(w.alive for _, w in started)
+

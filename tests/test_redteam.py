@@ -208,6 +208,32 @@ def test_a_hole_on_a_task_the_audit_does_not_flag_is_reported_as_unexplained(tmp
     assert "### `normal` (flagged: a hole)" in page and "### `tiny` (flagged by the audit)" in page
 
 
+def test_a_hole_whose_own_run_found_the_reference_ignoring_its_inputs_flags_the_task_and_is_not_unexplained(tmp_path):
+    # KernelBench's 58_ConvTranspose3d_LogSumExp_HardSwish_Subtract_Clamp: clamp(h - bias, -1, 1) is 1 everywhere
+    # when the randomly drawn bias is low enough. The weights are drawn anew each run, so the audit's draw may not
+    # be such a case while the run that judged `ones` was; that run's verdict says so, and it is the task's hole.
+    tasks = [SuiteTask(Task.from_file(DATA / "normal.py"), "normal.py", "")]
+    config = RunConfig(EvalConfig(device="cpu", policy="strict"),
+                       templates=tuple(t for t in TEMPLATES if t.name in ("ones", "zeros")))
+    team = RedTeam(config, tmp_path, Journal(tmp_path / JOURNAL))
+    st = tasks[0]
+    constant = {"check": "task_property", "message": "the task's output does not depend on its inputs",
+                "hack": None, "severity": "warn"}
+    team.record(dict(team.base(st, "audit"), profile={}, findings=[]))
+    team.record(dict(team.base(st, "template", "ones"), hack="degenerate_output", status="ok", speedup=700.0,
+                     flags=[constant]))
+    team.record(dict(team.base(st, "template", "zeros"), hack="degenerate_output", status="ok", speedup=700.0,
+                     flags=[]))
+    summary = summarise(team, tasks)
+    # the hole without that evidence stays the evaluator's own
+    assert summary["unexplained"] == [{"task": "normal", "template": "zeros", "speedup": 700.0}]
+    assert summary["flagged"] == ["normal"]
+    (seen,) = summary["tasks"]["normal"]["audit"]
+    assert (seen["check"], seen["severity"], seen["source"]) == ("input_independent", "flag", "verdict")
+    assert "ones" in seen["message"]
+    assert "### `normal` (flagged: the reference ignored its inputs where judged)" in markdown(summary)
+
+
 def test_resume_judges_only_what_is_left(tmp_path):
     tasks, out = suite_of(tmp_path, "tiny"), tmp_path / "out"
     assert redteam(tasks, "--policy", "strict", "--templates", "ones", "--out", out, *FAST).exit_code == 0

@@ -36,6 +36,14 @@ def _out_of_memory(e: BaseException) -> bool:
     return "out of memory" in message.lower()
 
 
+# The GPU stage's phases in the order they run (`Phases`): a run cut short is in the first one not yet marked.
+_GPU_PHASES = ("correctness", "alone", "timing", "graphs", "recheck")
+
+
+def _in_progress(seen: dict) -> str:
+    return next((name for name in _GPU_PHASES if name not in seen), _GPU_PHASES[-1])
+
+
 def check_device(device: str) -> torch.device:
     """Parse `device` and make sure it exists here; raises EvaluationError with what to do otherwise."""
     try:
@@ -229,6 +237,8 @@ class Evaluator(CandidateWorkers, ReferencePool, Trials, TimedRounds, Integrity)
             # The wait between the stages does not count against the evaluation's time limit.
             kw = self._evaluate(p, self._left(start + self.config.timeout_s - (p.ready - p.t0)))
         except Aborted as a:
+            if p.aborted is None:  # cut short in the GPU stage: its time so far is the phase it was in
+                p.phases.mark(_in_progress(p.phases.seen))
             kw = self._aborted(a, p)
         finally:
             self._finish(p)
@@ -281,7 +291,6 @@ class Evaluator(CandidateWorkers, ReferencePool, Trials, TimedRounds, Integrity)
         self.close()
 
     # -- the evaluation -----------------------------------------------------------------------------------
-    # -- the evaluation -----------------------------------------------------------------------------------
     def _evaluate(self, p: Prepared, left) -> dict:
         """The GPU stage of a loaded candidate: Verdict fields (raises Aborted for a verdict decided early)."""
         cfg = self.config
@@ -312,10 +321,12 @@ class Evaluator(CandidateWorkers, ReferencePool, Trials, TimedRounds, Integrity)
             cand = p.cand
             error, first = self._check(task, ref, cand, left, flags)
         if any(f.severity == "reject" for f in flags) or error.mismatched or first is None:
+            ph.mark("correctness")  # the trials' time; the report that follows and the worker's close are `finish`
             return {"status": "incorrect", "message": self._incorrect_message, "error": error,
                     "flags": flags, "confinement": self._report(cand, left, flags, reported)}
         held = self._held(cand, left, "after the correctness trials")
         if held is not None:
+            ph.mark("correctness")
             return {"status": "rejected", "message": "", "error": error, "flags": flags + held[0],
                     "confinement": held[1]}
         ph.mark("correctness")

@@ -1,7 +1,8 @@
 """The red team's report: one JSON object (what `--json` prints and `redteam.json` holds) and a markdown page, built
 from the journal. A task is flagged when a trivial program solves it (an audit finding of severity `flag`) or when a
 template or the LLM got `ok` without the policy allowing that class of hack by design. A hole on a task the audit
-does not flag is `unexplained`: the evaluator's own, which a sound reward has none of."""
+does not flag is `unexplained`: the evaluator's own, which a sound reward has none of; but for a hole whose own
+verdict says the reference of that run ignored its inputs (its weights are drawn anew each run), which flags the task."""
 from __future__ import annotations
 
 import json
@@ -47,15 +48,19 @@ def summarise(team, tasks, suite: str = "", note: str = "") -> dict:
             if r["status"] == "ok":
                 holes.append(_hole(r, f"llm-{n}", "", policy))
             n += 1
-        report[st.name] = {"audit": audit["findings"], "holes": holes}
+        by_audit = flags_task(audit["findings"])
+        # A hole whose own run found the reference's output the same for two input draws is the task's: the weights
+        # are drawn anew for each reference, and under some draws (a clamp every value reaches) no input matters.
+        shown = [h["template"] for h in holes if not h["allowed_by_policy"] and _constant_reference(h)]
+        findings = audit["findings"] + ([_seen_constant(shown)] if shown and not by_audit else [])
+        report[st.name] = {"audit": findings, "holes": holes}
         counts["holes"] += len(holes)
         counts["allowed"] += sum(h["allowed_by_policy"] for h in holes)
-        by_audit = flags_task(audit["findings"])
-        if by_audit or any(not h["allowed_by_policy"] for h in holes):
+        if flags_task(findings) or any(not h["allowed_by_policy"] for h in holes):
             flagged.append(st.name)
         if not by_audit:
             unexplained += [{"task": st.name, "template": h["template"], "speedup": h["speedup"]}
-                            for h in holes if not h["allowed_by_policy"]]
+                            for h in holes if not h["allowed_by_policy"] and h["template"] not in shown]
         if left:
             unfinished.append(st.name)
     devices = ", ".join(team.config.devices or (team.config.eval.device,))
@@ -73,6 +78,19 @@ def summarise(team, tasks, suite: str = "", note: str = "") -> dict:
 def flags_task(findings: list[dict]) -> bool:
     """Whether an audit's findings say a trivial program solves the task (one of severity `flag`)."""
     return any(f["severity"] == "flag" for f in findings)
+
+
+def _constant_reference(hole: dict) -> bool:
+    """Whether the hole's verdict says the reference of its run returned the same values for two input draws."""
+    return any(f.get("check") == "task_property" for f in hole["flags"])
+
+
+def _seen_constant(templates: list[str]) -> dict:
+    """The finding that flags a task whose reference, in the runs that judged `templates`, ignored its inputs."""
+    return {"check": "input_independent", "severity": "flag", "source": "verdict",
+            "message": "in the runs that judged " + ", ".join(templates) + ", the reference returned the same values "
+                       "for two input draws (its weights are drawn anew each run; the audit's draw was not such a "
+                       "case): a program that returns a constant solves the task there"}
 
 
 def _hole(r: dict, template: str, hack: str, policy: str) -> dict:
@@ -131,8 +149,10 @@ def markdown(s: dict) -> str:
             quiet += 1
             continue
         mark = ""
-        if flags_task(t["audit"]):
+        if flags_task([f for f in t["audit"] if f.get("source") != "verdict"]):
             mark = " (flagged by the audit)"
+        elif flags_task(t["audit"]):
+            mark = " (flagged: the reference ignored its inputs where judged)"
         elif name in s["flagged"]:
             mark = " (flagged: a hole)"
         lines += ["", f"### `{name}`{mark}", ""]
