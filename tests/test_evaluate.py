@@ -452,3 +452,35 @@ def test_a_re_measurement_takes_a_worker_started_ahead_while_the_device_timed_on
     assert started and started[0][0].startswith("kernelrl-recheck-worker")  # a CPU lane, not the GPU stage
     assert not any(w.alive for _, w in started)
 
+
+def test_on_a_shared_device_a_killed_worker_is_reaped_after_its_gpu_stage_and_before_the_next_timing(
+        tmp_path, monkeypatch, task):
+    # A CUDA process takes tenths of a second to end; the GPU stage kills its candidate's worker and goes on, the
+    # reaper waits for it, and the next job is timed only once it is gone. (The CPU's lock is made a shared
+    # device's here, the way a CUDA device's is; a slow end is played by a reaper that sleeps first.)
+    from kernelrl.evaluate import evaluator as evaluator_module
+    from kernelrl.evaluate.gpulock import DeviceLock, Stage
+
+    monkeypatch.setattr(evaluator_module, "device_lock", lambda device: DeviceLock(sharing=True))
+    killed, reaped, exclusive = [], {}, []
+    reap, to_exclusive = Evaluator._reap, Stage.to_exclusive
+
+    def slow_reap(self, worker, *rest):
+        killed.append(worker)
+        time.sleep(1.0)
+        reap(self, worker, *rest)
+        reaped[id(worker)] = time.monotonic()
+
+    def timed(self):
+        to_exclusive(self)
+        exclusive.append(dict(reaped))
+
+    monkeypatch.setattr(Evaluator, "_reap", slow_reap)
+    monkeypatch.setattr(Stage, "to_exclusive", timed)
+    with Evaluator(EvalConfig(cache_dir=str(tmp_path), **FAST)) as e:
+        first = judge(e, task, "wrong")
+        assert first.status == "incorrect" and len(killed) == 1 and not reaped  # judged before its worker ended
+        assert judge(e, task, "correct").status == "ok"
+        assert exclusive and id(killed[0]) in exclusive[0]  # timed only once the first worker was reaped
+    assert len(reaped) == 2, reaped  # closing the evaluator reaps the rest
+    assert [(w.proc.poll() is not None, w.scratch.exists()) for w in killed] == [(True, False)] * 2

@@ -130,3 +130,24 @@ def test_one_evaluators_timing_waits_for_another_evaluators_trials_on_the_same_d
     strict.let_go()
     assert got.wait(10)
 
+
+
+def test_a_killed_workers_end_keeps_timing_off_the_device_but_not_the_next_trials():
+    # A GPU stage kills its candidate's worker and lets go; the work that worker queued runs on until its process is
+    # gone, so the next timing waits for the reaper, and the next job's untimed trials do not.
+    lock = DeviceLock()
+    stage = lock.stage()
+    stage.hold(shared=False)  # timed, then the worker killed
+    end = lock.teardown()
+    stage.let_go()
+    nxt = lock.stage()
+    t, got = _start(lambda got: (nxt.hold(shared=True), got.set()))
+    assert got.wait(10)  # the next job's trials beside the worker's end
+    tj, timed = _timing(nxt)
+    assert not timed.wait(WAIT)  # its timing waits until the worker is reaped
+    end.release()
+    end.release()  # once only
+    assert timed.wait(10)
+    nxt.let_go()
+    with lock.exclusive():  # nothing left held
+        pass

@@ -99,6 +99,8 @@ class Evaluator(CandidateWorkers, ReferencePool, Trials, TimedRounds, Integrity)
         self._reader = ThreadPoolExecutor(1, thread_name_prefix="kernelrl-reference-reply")
         # starts and builds fresh workers for re-measurements while the device times on (`_foresee_recheck`)
         self._ahead = ThreadPoolExecutor(1, thread_name_prefix="kernelrl-recheck-worker")
+        # reaps the candidate workers a GPU stage killed, and keeps their builds, after the stage (`_finish`)
+        self._reaper = ThreadPoolExecutor(1, thread_name_prefix="kernelrl-worker-reaper")
 
     # -- public -------------------------------------------------------------------------------------------
     def evaluate(self, task: Task, candidate: Candidate) -> Verdict:
@@ -241,7 +243,7 @@ class Evaluator(CandidateWorkers, ReferencePool, Trials, TimedRounds, Integrity)
                 p.phases.mark(_in_progress(p.phases.seen))
             kw = self._aborted(a, p)
         finally:
-            self._finish(p)
+            self._finish(p, in_stage=True)
         if p.state.get("mutates"):
             static = [Flag(f.check, f.message + " (the reference writes into its inputs too)", f.hack, "warn")
                       if f.hack == "input_mutation" else f for f in static]
@@ -270,6 +272,7 @@ class Evaluator(CandidateWorkers, ReferencePool, Trials, TimedRounds, Integrity)
         return left
 
     def close(self):
+        self._reaper.shutdown(wait=True)  # every killed worker reaped and its build kept
         with self._refs_lock:
             self._closed = True
             for p in list(self._live):  # candidates still being prepared stop at their next request
@@ -414,17 +417,37 @@ class Evaluator(CandidateWorkers, ReferencePool, Trials, TimedRounds, Integrity)
                 pass
         return a.kw
 
-    def _finish(self, p: Prepared) -> None:
-        """Close the candidate's worker; keep its build in the cache unless it failed or was rejected."""
+    def _finish(self, p: Prepared, in_stage: bool = False) -> None:
+        """Close the candidate's worker; keep its build in the cache unless it failed or was rejected. At the end of a
+        GPU stage on a shared device the worker is killed there and reaped after it (`_reap`), the device held
+        shared for its end (`DeviceLock.teardown`): a CUDA process takes a few tenths of a second to go, which the
+        next job's untimed work spends beside it, and nothing is timed before it is gone."""
         with self._refs_lock:
             if p.finished:
                 return
             p.finished = True
         drop_fresh(p.fresh)
         p.fresh = None
+        keep = p.kept and not any(f.severity == "reject" for f in p.flags)
+        if in_stage and p.cand is not None and self._gpu.sharing:
+            p.cand.signal_kill()
+            hold = self._gpu.teardown()
+            try:
+                self._reaper.submit(self._reap, p.cand, p.candidate, p.slot, keep, hold)
+                return
+            except RuntimeError:  # the evaluator is closing: reaped here
+                hold.release()
         if p.cand is not None:
             p.cand.close()
-        self._keep_build(p.candidate, p.slot, p.kept and not any(f.severity == "reject" for f in p.flags))
+        self._keep_build(p.candidate, p.slot, keep)
+
+    def _reap(self, worker: Worker, candidate: Candidate, slot: Path | None, keep: bool, hold) -> None:
+        """Wait for a killed candidate worker to end, remove what it left, keep its build; then let the device go."""
+        try:
+            worker.close()
+            self._keep_build(candidate, slot, keep)
+        finally:
+            hold.release()
 
     _incorrect_message = ""  # why this evaluation's comparison failed (calls are serialised by the lock)
     _policy = "strict"  # the precision policy of the evaluation under way

@@ -56,6 +56,14 @@ class DeviceLock:
         finally:
             self._release(mode)
 
+    def teardown(self) -> "Teardown":
+        """A shared hold for the end of a worker a GPU stage has just killed, taken while that stage holds the device
+        and kept until the worker is reaped (`Teardown.release`): work it queued on the device runs on until its
+        process is gone, so nothing is timed before; untimed work may go on beside it."""
+        with self._cond:
+            self._readers += 1  # no wait: the stage taking it holds the device, shared or alone
+        return Teardown(self)
+
     # -- holders from outside the GPU stage --------------------------------------------------------------------
     @contextlib.contextmanager
     def beside(self):
@@ -122,6 +130,18 @@ class Beside:
             mode, self._mode = self._mode, None
             self._lock._release(mode)
             self._lock._beside.release()
+
+
+class Teardown:
+    """A killed worker's shared hold on the device (`DeviceLock.teardown`), released once, when it is reaped."""
+
+    def __init__(self, lock: DeviceLock):
+        self._lock, self._held = lock, True
+
+    def release(self) -> None:
+        if self._held:
+            self._held = False
+            self._lock._release("shared")
 
 
 class Stage:

@@ -237,20 +237,22 @@ class Worker:
 
     def kill(self):
         """End the worker and everything it started (its whole process session)."""
-        if self.proc.poll() is None:
-            try:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                self.proc.kill()
+        if self.signal_kill():
             try:
                 self.proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 pass
-        else:
-            try:  # children it left behind in its session
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
+
+    def signal_kill(self) -> bool:
+        """Send the worker's whole process session SIGKILL (what it left behind, where it has ended) and return at
+        once; whether it was still running (`kill` then waits for it, `close` reaps it)."""
+        running = self.proc.poll() is None
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            if running:
+                self.proc.kill()
+        return running
 
     def close(self):
         """Kill the worker and remove its scratch directory."""
