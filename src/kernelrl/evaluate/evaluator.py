@@ -442,12 +442,13 @@ class Evaluator(CandidateWorkers, ReferencePool, Trials, TimedRounds, Integrity)
         self._keep_build(p.candidate, p.slot, keep)
 
     def _reap(self, worker: Worker, candidate: Candidate, slot: Path | None, keep: bool, hold) -> None:
-        """Wait for a killed candidate worker to end, remove what it left, keep its build; then let the device go."""
+        """Wait for a killed candidate worker to end and remove what it left (its spill file unlocked, its lent
+        memory given back: never while anything is timed), let the device go, then keep its build."""
         try:
             worker.close()
-            self._keep_build(candidate, slot, keep)
         finally:
             hold.release()
+        self._keep_build(candidate, slot, keep)
 
     _incorrect_message = ""  # why this evaluation's comparison failed (calls are serialised by the lock)
     _policy = "strict"  # the precision policy of the evaluation under way
