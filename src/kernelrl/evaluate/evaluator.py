@@ -324,7 +324,7 @@ class Evaluator(CandidateWorkers, ReferencePool, Trials, TimedRounds, Integrity)
             cand = p.cand
             error, first = self._check(task, ref, cand, left, flags)
         if any(f.severity == "reject" for f in flags) or error.mismatched or first is None:
-            ph.mark("correctness")  # the trials' time; the report that follows and the worker's close are `finish`
+            ph.mark("correctness")  # the trials' time; the integrity report that follows is `finish`
             return {"status": "incorrect", "message": self._incorrect_message, "error": error,
                     "flags": flags, "confinement": self._report(cand, left, flags, reported)}
         held = self._held(cand, left, "after the correctness trials")

@@ -118,9 +118,8 @@ class RedTeam:
     def run(self, tasks: Sequence[SuiteTask]) -> bool:
         done = self.journal.load()
         finished = True
-        # On CUDA the next task is audited while this one's templates are judged; on the CPU, whose cores the
-        # timing uses, one thing at a time.
-        # The audits run one after another on a thread of their own, `audits_ahead` tasks ahead of the templates.
+        # On CUDA the audits run one after another on a thread of their own, `audits_ahead` tasks ahead of the
+        # templates; on the CPU, whose cores the timing uses, one thing at a time.
         ahead = ThreadPoolExecutor(1, thread_name_prefix="audit") if self.config.device_type == "cuda" else None
         audits: dict[int, Future] = {}
         with scheduler_for(self.config) as sched:
