@@ -16,8 +16,9 @@
 #   no group starts in the step's last DRAIN_S seconds (default 240), none is waited for in its last 60.
 #   redteam: `kernelrl redteam` of ${KB:-.kb/suite} under each policy of RT_POLICIES (default "strict kernelbench") into
 #   res/redteam_<policy>, resumed from what is there (or from REDTEAM_FROM/redteam_<policy>, if named, its journal
-#   plain or xz-packed as benchmarks/results/redteam_<gpu>/ keeps it); the policies
-#   share the step evenly, no task starting in a share's last DRAIN_S seconds (default 120); DEVICES names the GPUs
+#   plain or xz-packed as benchmarks/results/redteam_<gpu>/ keeps it); the policies run one after another, each
+#   given an even share of the step's time left when it starts (one that finishes early leaves its time to the
+#   next), no task starting in a share's last DRAIN_S seconds (default 120); DEVICES names the GPUs
 #   that share the jobs (default cuda: one); RT_ARGS passes more flags
 #   repeat: benchmarks/verdict_repeat.py (RUNS runs, default 3, of CORPORA, default honest,exploits,suite, under
 #   REP_POLICY, default both) into res/${REP_DIR:-verdict_repeat}, going on from REP_FROM/verdicts.jsonl; precision: benchmarks/precision_calibration.py on the GPU into
@@ -85,8 +86,10 @@ for step in "$@"; do
              ${SUITE_ONLY:+--only "$SUITE_ONLY"} 2>&1 | tail -25;;
     optimize) timeout "$STEP_S" python3 benchmarks/optimize_device.py "$RES/optimize" --time-budget-s $((STEP_S - 60)) \
                 2>&1 | tail -20;;
-    redteam) pols=${RT_POLICIES:-strict kernelbench}; share=$((STEP_S / $(echo $pols | wc -w)))  # the step split evenly
+    redteam) pols=${RT_POLICIES:-strict kernelbench}; left=$(echo $pols | wc -w); end=$((SECONDS + STEP_S))
              for p in $pols; do  # --resume goes on from res/redteam_$p, or from REDTEAM_FROM/redteam_$p
+               share=$(( (end - SECONDS) / left )); left=$((left - 1))  # what is left split evenly: a policy
+               # that finishes early leaves its time to the next
                rt="$RES/redteam_$p"; mkdir -p "$rt"
                [ -n "${REDTEAM_FROM:-}" ] && [ ! -e "$rt/redteam.jsonl" ] && cp -r "$REDTEAM_FROM/redteam_$p/." "$rt/"
                [ -e "$rt/redteam.jsonl.xz" ] && [ ! -e "$rt/redteam.jsonl" ] && python3 -c "import lzma, shutil, sys
