@@ -128,6 +128,28 @@ def test_under_strict_the_audit_judges_zeros_against_the_exact_result_as_the_tri
     assert [f.check for f in found if f.severity == "flag"] == ["stored_output_passes", "zeros_pass"]
 
 
+@pytest.mark.parametrize("policy", ["strict", "kernelbench"])
+def test_the_audit_flags_a_task_a_constant_solves_under_other_draws_of_its_weights(policy, tmp_path):
+    """Each run of the evaluator draws the reference's weights anew: under some draws a clamp that every value reaches
+    makes the output the same whatever the input. The audit's own draw may not be such a case; it asks again under
+    other draws of the weights, and a constant solving the task under any of them flags it."""
+    import torch
+
+    def bias(seed: int) -> float:  # the fixture's one weight, as its worker builds it under `seed`
+        torch.manual_seed(seed)
+        return float(torch.randn(1) * 4)
+
+    varying = next(s for s in range(1000) if -0.5 < bias(s) < 1.5)
+    constant = next(s for s in range(1000) if bias(s) < -1.5)
+    reference = Task.from_file(DATA / "weighted_clamp.py")
+    with ProbeWorker(reference, "cpu", tmp_path, seed=varying) as probe:
+        _, found = audit_task(reference, probe, policy, weight_seeds=[varying])
+        assert [f.check for f in found if f.severity == "flag"] == []
+        _, found = audit_task(reference, probe, policy, weight_seeds=[varying, constant])
+    flags = [f for f in found if f.severity == "flag"]
+    assert [f.check for f in flags] == ["input_independent"] and "under 1 of 2 other draws" in flags[0].message
+
+
 def test_an_audit_draw_waits_while_the_device_is_timed(tmp_path):
     # On CUDA the next task's audit runs beside the evaluators' jobs: its draws hold the device lock as their
     # untimed work does, so none runs while a program is timed

@@ -25,6 +25,10 @@ if TYPE_CHECKING:
 # the task's own inputs only.
 DRAWS = ((1.0, ("strict", "kernelbench")), (1.0, ("strict", "kernelbench")), (0.5, ("strict",)), (2.0, ("strict",)))
 SEVERITIES = ("flag", "note")  # flag: a trivial program solves the task; note: worth knowing, not trivial
+# Other draws of the reference's weights (its init seed; each run of the evaluator draws them anew) on which the audit
+# asks again whether the output depends on the input: a clamp that every value reaches under some weights (KernelBench's
+# level2/58: about a third of them) is solved by a constant in those runs.
+WEIGHT_DRAWS = 4
 
 
 @dataclass(frozen=True)
@@ -32,7 +36,7 @@ class Finding:
     """One thing the audit found about a task."""
 
     check: str      # input_independent, stored_output_passes, output_is_input, zeros_pass, input_ignored,
-                    # input_negligible, reference_fails
+                    # input_negligible, reference_fails, weights_fail
     message: str
     severity: str = "flag"
 
@@ -138,8 +142,11 @@ def findings(first: Facts, draws: list[Facts], varied: dict[int, Facts], policy:
     return found
 
 
-def audit_task(task: Task, probe: "ProbeWorker", policy: str) -> tuple["Profile", list[Finding]]:
-    """The task's profile (inputs and outputs) and its findings, from draws of its reference in `probe`'s worker."""
+def audit_task(task: Task, probe: "ProbeWorker", policy: str,
+               weight_seeds: list[int] | None = None) -> tuple["Profile", list[Finding]]:
+    """The task's profile (inputs and outputs) and its findings, from draws of its reference in `probe`'s worker;
+    then, where its output depends on its input, the same asked again under other draws of its weights
+    (`weight_seeds`, default `WEIGHT_DRAWS` secret ones)."""
     seeds = [secrets.randbits(62) for _ in range(len(DRAWS) + 1)]
     rule = {"policy": policy, "atol": task.meta.atol, "rtol": task.meta.rtol}
     header = probe.draw(seeds[0], rule=rule, base=True)
@@ -153,4 +160,32 @@ def audit_task(task: Task, probe: "ProbeWorker", policy: str) -> tuple["Profile"
             h = probe.draw(seeds[0], vary=(j, seeds[1]), rule=rule)
             if h.get("varied"):
                 varied[j] = Facts.from_dict(h["facts"])
-    return profile, findings(first, draws, varied, policy)
+    found = findings(first, draws, varied, policy)
+    if not any(f.check == "input_independent" for f in found):
+        weight_seeds = [secrets.randbits(31) for _ in range(WEIGHT_DRAWS)] if weight_seeds is None else weight_seeds
+        found += _constant_under_weights(probe, policy, rule, weight_seeds)
+    return profile, found
+
+
+def _constant_under_weights(probe: "ProbeWorker", policy: str, rule: dict, weight_seeds: list[int]) -> list[Finding]:
+    """A finding where, under some of `weight_seeds`, the output is the same on every draw the policy's trials make."""
+    from kernelrl.redteam.probe import ProbeError
+
+    judged = [scale for scale, judged_by in DRAWS if policy in judged_by]
+    constant = 0
+    for w in weight_seeds:
+        try:
+            probe.weights(w)
+            seeds = [secrets.randbits(62) for _ in range(len(judged) + 1)]
+            probe.draw(seeds[0], rule=rule, base=True)
+            if all(probe.draw(seed, scale, rule=rule)["facts"]["equal"] for seed, scale in zip(seeds[1:], judged)):
+                constant += 1
+        except ProbeError as e:  # the reference does not build or run under these weights: no more is asked
+            return [Finding("weights_fail", f"the reference could not be run under another draw of its weights: {e}",
+                            "note")]
+    if not constant:
+        return []
+    return [Finding("input_independent", f"under {constant} of {len(weight_seeds)} other draws of the task's weights "
+                                         f"(drawn anew each run) the output is the same for every input "
+                                         f"({len(judged) + 1} draws each): a program that returns a constant solves "
+                                         f"the task in such runs")]

@@ -120,6 +120,24 @@ class Probe(Harness):
                   "facts": asdict(found)}
         return header, None
 
+    def op_weights(self, op):
+        """Build the reference again under init seed `op["seed"]` (another draw of its weights, as another run of
+        the evaluator makes), to be put back as so built; later draws compare with a first draw made on it."""
+        from kernelrl.evaluate import state as progstate
+
+        self.init["seed"] = op["seed"]
+        try:
+            self.model = self._build(self.task.Model)
+        except BaseException as e:
+            return _failed(f"{type(e).__name__}: {e}")
+        try:
+            self._pristine = progstate.Pristine(self.model)
+        except Exception:  # not copyable: `_restore` builds it again from the same seed
+            self._pristine = None
+        self._state0, self._ran, self._base, self.compiled = self._state(), False, None, None
+        self._rest()
+        return {"type": "weights"}, None
+
     def _draw_inputs(self, op) -> tuple[list, bool | None]:
         """The inputs of draw `op`, and whether input `op["vary"][0]` came out other than the seed's (None: none
         varied)."""
@@ -169,12 +187,12 @@ class ProbeWorker:
     beside the evaluators' jobs: no draw runs while an evaluator of that device times."""
 
     def __init__(self, task: Task, device: str, cache: Path, timeout_s: float = 300.0, confine: bool = True,
-                 memory_gb: float = 16.0, lock: DeviceLock | None = None):
+                 memory_gb: float = 16.0, lock: DeviceLock | None = None, seed: int | None = None):
         self.task, self.device, self.timeout_s = task, device, timeout_s
         self.lock = lock or (device_lock(check_device(device)) if device.startswith("cuda") else None)
         build = cache / "build" / f"redteam-{task.digest}"
         build.mkdir(parents=True, exist_ok=True)
-        init = {"role": "reference", "task_source": task.source, "seed": secrets.randbits(31),
+        init = {"role": "reference", "task_source": task.source, "seed": secrets.randbits(31) if seed is None else seed,
                 "fixed_inputs": list(task.meta.fixed_inputs), "cpu_threads": 1, "device": device,
                 "writable": [str(build)]}
         env = {"TORCH_EXTENSIONS_DIR": str(build / "torch_extensions"), "TRITON_CACHE_DIR": str(build / "triton")}
@@ -184,8 +202,14 @@ class ProbeWorker:
     def draw(self, seed: int, scale: float = 1.0, vary: tuple[int, int] | None = None, rule: dict | None = None,
              base: bool = False) -> dict:
         """The header of one draw (`Probe.op_draw`: the inputs' and outputs' specs, the facts); raises ProbeError."""
-        op = {"op": "draw", "seed": seed, "scale": scale, "vary": list(vary) if vary else None, "base": base,
-              "rule": rule or {"policy": "strict"}}
+        return self._ask({"op": "draw", "seed": seed, "scale": scale, "vary": list(vary) if vary else None,
+                          "base": base, "rule": rule or {"policy": "strict"}})
+
+    def weights(self, seed: int) -> None:
+        """Build the reference again under init seed `seed` (`Probe.op_weights`); raises ProbeError."""
+        self._ask({"op": "weights", "seed": seed})
+
+    def _ask(self, op: dict) -> dict:
         try:
             with self.lock.beside() if self.lock else contextlib.nullcontext():
                 h, _ = self.worker.request(op, self.timeout_s)
