@@ -178,7 +178,8 @@ def _constant_under_weights(probe: "ProbeWorker", policy: str, rule: dict, weigh
             probe.weights(w)
             seeds = [secrets.randbits(62) for _ in range(len(judged) + 1)]
             probe.draw(seeds[0], rule=rule, base=True)
-            if all(probe.draw(seed, scale, rule=rule)["facts"]["equal"] for seed, scale in zip(seeds[1:], judged)):
+            if all(probe.draw(seed, scale, rule=rule, equal_only=True)["facts"]["equal"]
+                   for seed, scale in zip(seeds[1:], judged)):
                 constant += 1
         except ProbeError as e:  # the reference does not build or run under these weights: no more is asked
             return [Finding("weights_fail", f"the reference could not be run under another draw of its weights: {e}",

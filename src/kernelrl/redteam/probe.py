@@ -110,7 +110,7 @@ class Probe(Harness):
             self._base = [o.clone() if o.numel() and o.untyped_storage().data_ptr() in owned else o for o in outs]
         rule = op["rule"]
         exact = None
-        if rule["policy"] == "strict" and sum(o.numel() for o in outs) <= EXACT_MOST:
+        if rule["policy"] == "strict" and sum(o.numel() for o in outs) <= EXACT_MOST and not op.get("equal_only"):
             def exact():  # the call may have written into its inputs: drawn again for the float64 run
                 xs64 = self.exact_outputs(self._draw_inputs(op)[0])
                 return None if isinstance(xs64, str) else xs64
@@ -200,10 +200,12 @@ class ProbeWorker:
                              memory_bytes=int(memory_gb * 2**30) if device == "cpu" else 0, env=env, init=init)
 
     def draw(self, seed: int, scale: float = 1.0, vary: tuple[int, int] | None = None, rule: dict | None = None,
-             base: bool = False) -> dict:
-        """The header of one draw (`Probe.op_draw`: the inputs' and outputs' specs, the facts); raises ProbeError."""
+             base: bool = False, equal_only: bool = False) -> dict:
+        """The header of one draw (`Probe.op_draw`: the inputs' and outputs' specs, the facts; with `equal_only`, no
+        judgement against the exact result: only whether the outputs equal the first draw's is asked); raises
+        ProbeError."""
         return self._ask({"op": "draw", "seed": seed, "scale": scale, "vary": list(vary) if vary else None,
-                          "base": base, "rule": rule or {"policy": "strict"}})
+                          "base": base, "rule": rule or {"policy": "strict"}, "equal_only": equal_only})
 
     def weights(self, seed: int) -> None:
         """Build the reference again under init seed `seed` (`Probe.op_weights`); raises ProbeError."""
