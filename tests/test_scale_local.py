@@ -52,7 +52,8 @@ def test_prepared_ahead_candidates_get_the_verdicts_evaluate_gives(config, task)
         assert serial[name].message.split(":")[0] == piped[name].message.split(":")[0]  # same check failed
         assert "waited" in piped[name].phases and "reference" in piped[name].phases
     assert piped["correct"].speedup > 0 and piped["correct"].reference.n == serial["correct"].reference.n
-    assert piped["correct"].phases["start_and_build"] > 0 and "timing" in piped["correct"].phases
+    # the build is what is left of it once the reference is there: a candidate that loaded meanwhile has ~0 left
+    assert piped["correct"].phases["start_and_build"] >= 0 and "timing" in piped["correct"].phases
     # The wait for the GPU stage is in the phases, not in the evaluation's own seconds.
     for v in piped.values():
         assert v.seconds == pytest.approx(sum(v.phases.values()) - v.phases["waited"], abs=0.05)
