@@ -145,8 +145,8 @@ def findings(first: Facts, draws: list[Facts], varied: dict[int, Facts], policy:
 def audit_task(task: Task, probe: "ProbeWorker", policy: str,
                weight_seeds: list[int] | None = None) -> tuple["Profile", list[Finding]]:
     """The task's profile (inputs and outputs) and its findings, from draws of its reference in `probe`'s worker;
-    then, where its output depends on its input, the same asked again under other draws of its weights
-    (`weight_seeds`, default `WEIGHT_DRAWS` secret ones)."""
+    then, where nothing flags it, whether its output depends on its input asked again under other draws of its
+    weights (`weight_seeds`, default `WEIGHT_DRAWS` secret ones)."""
     seeds = [secrets.randbits(62) for _ in range(len(DRAWS) + 1)]
     rule = {"policy": policy, "atol": task.meta.atol, "rtol": task.meta.rtol}
     header = probe.draw(seeds[0], rule=rule, base=True)
@@ -161,7 +161,7 @@ def audit_task(task: Task, probe: "ProbeWorker", policy: str,
             if h.get("varied"):
                 varied[j] = Facts.from_dict(h["facts"])
     found = findings(first, draws, varied, policy)
-    if not any(f.check == "input_independent" for f in found):
+    if not any(f.severity == "flag" for f in found):  # a task already flagged needs no more reasons
         weight_seeds = [secrets.randbits(31) for _ in range(WEIGHT_DRAWS)] if weight_seeds is None else weight_seeds
         found += _constant_under_weights(probe, policy, rule, weight_seeds)
     return profile, found
