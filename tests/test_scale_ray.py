@@ -85,7 +85,8 @@ def _evaluating_actor_pids() -> list[int]:
 def test_an_evaluator_killed_mid_run_costs_a_retry_and_no_verdict(sched):
     n = 3
     before = sched.stats()
-    futures = [sched.submit(task(), cand("correct")) for _ in range(n)]
+    # each job builds for 2 s: long enough to find an actor evaluating it (quick ones can all end between looks)
+    futures = [sched.submit(task(), cand("correct_slow_build")) for _ in range(n)]
     deadline = time.monotonic() + 120
     while not (pids := _evaluating_actor_pids()) and time.monotonic() < deadline:
         time.sleep(0.2)
