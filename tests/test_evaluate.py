@@ -478,9 +478,9 @@ def test_on_a_shared_device_a_killed_worker_is_reaped_after_its_gpu_stage_and_be
     monkeypatch.setattr(Evaluator, "_reap", slow_reap)
     monkeypatch.setattr(Stage, "to_exclusive", timed)
     with Evaluator(EvalConfig(cache_dir=str(tmp_path), **FAST)) as e:
-        first = judge(e, task, "wrong")
+        first = e.judge(e.prepare(task, Candidate.from_file(DATA / "wrong.py")))  # as a scheduler judges
         assert first.status == "incorrect" and len(killed) == 1 and not reaped  # judged before its worker ended
         assert judge(e, task, "correct").status == "ok"
         assert exclusive and id(killed[0]) in exclusive[0]  # timed only once the first worker was reaped
-    assert len(reaped) == 2, reaped  # closing the evaluator reaps the rest
+        assert len(reaped) == 2, reaped  # `evaluate` returns once its own worker is reaped
     assert [(w.proc.poll() is not None, w.scratch.exists()) for w in killed] == [(True, False)] * 2

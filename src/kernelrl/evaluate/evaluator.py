@@ -104,8 +104,13 @@ class Evaluator(CandidateWorkers, ReferencePool, Trials, TimedRounds, Integrity)
 
     # -- public -------------------------------------------------------------------------------------------
     def evaluate(self, task: Task, candidate: Candidate) -> Verdict:
-        """Correctness, speed and integrity of `candidate` on `task`; never raises for candidate faults."""
-        return self.judge(self.prepare(task, candidate))
+        """Correctness, speed and integrity of `candidate` on `task`; never raises for candidate faults. Returns once
+        the candidate's worker is gone and its build kept (`judge` may return before: `_finish`)."""
+        p = self.prepare(task, candidate)
+        verdict = self.judge(p)
+        if p.reaped is not None:
+            p.reaped.result()
+        return verdict
 
     def prepare(self, task: Task, candidate: Candidate) -> Prepared:
         """The CPU stage: static checks, the task's reference worker, the candidate's worker, its import and
@@ -433,7 +438,7 @@ class Evaluator(CandidateWorkers, ReferencePool, Trials, TimedRounds, Integrity)
             p.cand.signal_kill()
             hold = self._gpu.teardown()
             try:
-                self._reaper.submit(self._reap, p.cand, p.candidate, p.slot, keep, hold)
+                p.reaped = self._reaper.submit(self._reap, p.cand, p.candidate, p.slot, keep, hold)
                 return
             except RuntimeError:  # the evaluator is closing: reaped here
                 hold.release()

@@ -58,5 +58,6 @@ class Prepared:
     finished: bool = False                      # candidate worker closed, build kept or dropped
     released: bool = False                      # reference worker unpinned
     fresh: object | None = None                 # Future of a fresh loaded worker for the re-measurement
+    reaped: object | None = None                # Future of the candidate worker's reaping after the GPU stage
     foreseen: bool = False                      # such a worker was started ahead (at most once a job)
     uncaptured: str = ""                        # whose CUDA-graph capture failed: "reference" or "candidate"
