@@ -459,3 +459,22 @@ def test_on_cuda_tasks_are_audited_ahead_while_the_loop_waits_for_verdicts(tmp_p
     # the second task's templates leave more jobs unjudged than the loop goes on past: it waits there for verdicts,
     # which come only once the fourth task's audit has started
     assert list(started) == list(names) and started["clamped"] == 0
+
+
+def test_a_probe_built_again_under_other_weights_keeps_nothing_of_the_earlier_build(tmp_path):
+    # its float64 copy (the exact result strict's audit judges against) is of the weights now built
+    import torch
+
+    from kernelrl.redteam.probe import Probe
+
+    source = (DATA / "weighted_clamp.py").read_text().replace("torch.clamp(", "(").replace(", -1.0, 1.0)", ")")
+    probe = Probe({"role": "reference", "device": "cpu", "seed": 1, "task_source": source, "fixed_inputs": []}, {},
+                  str(tmp_path))
+    xs = probe.inputs(7)
+    before = probe.exact_outputs(xs)[0]
+    assert probe.op_weights({"seed": 2})[0] == {"type": "weights"}
+    after = probe.exact_outputs(xs)[0]
+    with torch.no_grad():
+        now = probe.model(*xs)
+    assert not torch.equal(before, after)
+    assert torch.allclose(after, now.double(), rtol=1e-6, atol=1e-6)

@@ -425,8 +425,8 @@ class Evaluator(CandidateWorkers, ReferencePool, Trials, TimedRounds, Integrity)
     def _finish(self, p: Prepared, in_stage: bool = False) -> None:
         """Close the candidate's worker; keep its build in the cache unless it failed or was rejected. At the end of a
         GPU stage on a shared device the worker is killed there and reaped after it (`_reap`), the device held
-        shared for its end (`DeviceLock.teardown`): a CUDA process takes a few tenths of a second to go, which the
-        next job's untimed work spends beside it, and nothing is timed before it is gone."""
+        shared for its end (`DeviceLock.teardown`): the next job's untimed work goes on beside its end, and nothing is
+        timed before it is gone."""
         with self._refs_lock:
             if p.finished:
                 return

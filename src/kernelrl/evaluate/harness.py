@@ -108,14 +108,21 @@ class Harness:
         try:
             self.task = self._import("kernelrl_task", task_path, spec["task_source"])
             if self.role == "reference":
-                self.model = self._build(self.task.Model)
-                try:
-                    self._pristine = progstate.Pristine(self.model)
-                except Exception:  # not copyable: `_restore` builds it again from the same seed
-                    self._pristine = None
-                self._state0 = self._state()
+                self._build_reference()
         except BaseException as e:  # answered on the first request, as a one-line error about the reference
             self.init_error = _located(e, task_path, "reference")
+
+    def _build_reference(self) -> None:
+        """Build the task's Model under `init["seed"]` as the reference kept here: its copy as built (put back between
+        jobs, `_restore`), its state as built, and nothing made from an earlier build (its float64 copy, compiled
+        wrapper, held graphs)."""
+        self.model = self._build(self.task.Model)
+        try:
+            self._pristine = progstate.Pristine(self.model)
+        except Exception:  # not copyable: `_restore` builds it again from the same seed
+            self._pristine = None
+        self._state0 = self._state()
+        self._model64, self.compiled, self._graphs_held = None, None, {}
 
     # -- plumbing ---------------------------------------------------------------------------------------
     def handle(self, op: dict):

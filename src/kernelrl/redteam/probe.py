@@ -123,18 +123,12 @@ class Probe(Harness):
     def op_weights(self, op):
         """Build the reference again under init seed `op["seed"]` (another draw of its weights, as another run of
         the evaluator makes), to be put back as so built; later draws compare with a first draw made on it."""
-        from kernelrl.evaluate import state as progstate
-
         self.init["seed"] = op["seed"]
         try:
-            self.model = self._build(self.task.Model)
+            self._build_reference()
         except BaseException as e:
             return _failed(f"{type(e).__name__}: {e}")
-        try:
-            self._pristine = progstate.Pristine(self.model)
-        except Exception:  # not copyable: `_restore` builds it again from the same seed
-            self._pristine = None
-        self._state0, self._ran, self._base, self.compiled = self._state(), False, None, None
+        self._ran, self._base = False, None
         self._rest()
         return {"type": "weights"}, None
 
