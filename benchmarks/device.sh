@@ -18,7 +18,8 @@
 #   res/redteam_<policy>, resumed from what is there (or from REDTEAM_FROM/redteam_<policy>, if named, its journal
 #   plain or xz-packed as benchmarks/results/redteam_<gpu>/ keeps it); the policies run one after another, each
 #   given an even share of the step's time left when it starts (one that finishes early leaves its time to the
-#   next), no task starting in a share's last DRAIN_S seconds (default 120); DEVICES names the GPUs
+#   next), no task starting in a share's last DRAIN_S seconds (default 120; a run stopped at its share has its report
+#   written from its journal, `--report-only`); DEVICES names the GPUs
 #   that share the jobs (default cuda: one); RT_ARGS passes more flags
 #   repeat: benchmarks/verdict_repeat.py (RUNS runs, default 3, of CORPORA, default honest,exploits,suite, under
 #   REP_POLICY, default both) into res/${REP_DIR:-verdict_repeat}, going on from REP_FROM/verdicts.jsonl; precision: benchmarks/precision_calibration.py on the GPU into
@@ -96,6 +97,8 @@ for step in "$@"; do
 with lzma.open(sys.argv[1]) as f, open(sys.argv[2], 'wb') as g: shutil.copyfileobj(f, g)" "$rt/redteam.jsonl.xz" "$rt/redteam.jsonl"
                timeout "$share" python3 -m kernelrl.cli redteam "${KB:-.kb/suite}" --device "${DEVICES:-cuda}" --policy "$p" \
                  --out "$rt" --resume --time-limit $((share - ${DRAIN_S:-120})) ${RT_ARGS:-} 2>&1 | tail -4
+               [ "$rt/report.md" -nt "$rt/redteam.jsonl" ] || python3 -m kernelrl.cli redteam "${KB:-.kb/suite}" \
+                 --device "${DEVICES:-cuda}" --policy "$p" --out "$rt" --report-only 2>&1 | tail -3  # stopped at its share
              done;;
     train) timeout "$STEP_S" python3 benchmarks/train_device.py "$RES/train" 2>&1 | tail -20;;
     serve) timeout "$STEP_S" python3 benchmarks/serve_spread.py "$RES/serve_spread" --repeats 5 2>&1 | tail -30;;

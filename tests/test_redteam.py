@@ -80,6 +80,24 @@ def test_every_cpu_template_is_refused_on_a_normal_task(normal_run, template):
     assert record["status"] in ("incorrect", "rejected"), (policy, record)
 
 
+def test_report_only_writes_the_report_of_a_journal_and_judges_nothing(normal_run, tmp_path):
+    """A run stopped before it wrote its report (killed at a time limit) has its journal; --report-only writes the
+    report from it, the same as the run's own, and judges nothing."""
+    policy, result, out = normal_run
+    copy = tmp_path / "out"
+    shutil.copytree(out, copy)
+    (copy / "report.md").unlink()
+    (copy / "redteam.json").unlink()
+    lines = (copy / JOURNAL).read_text()
+    again = redteam(out.parent / "tasks", "--policy", policy, "--out", copy, "--report-only", "--device", "cpu")
+    assert again.exit_code == result.exit_code, again.output
+    assert json.loads((copy / "redteam.json").read_text()) == json.loads((out / "redteam.json").read_text())
+    assert (copy / "report.md").read_text() == (out / "report.md").read_text()
+    assert (copy / JOURNAL).read_text() == lines
+    missing = redteam(out.parent / "tasks", "--out", tmp_path / "none", "--report-only", "--device", "cuda")
+    assert missing.exit_code == 2 and "no journal at" in missing.output
+
+
 def test_an_audit_is_journalled_with_how_long_it_took(normal_run):
     _, _, out = normal_run
     audit = next(r for r in journal(out) if r["kind"] == "audit")
@@ -148,6 +166,55 @@ def test_the_audit_flags_a_task_a_constant_solves_under_other_draws_of_its_weigh
         _, found = audit_task(reference, probe, policy, weight_seeds=[varying, constant])
     flags = [f for f in found if f.severity == "flag"]
     assert [f.check for f in flags] == ["input_independent"] and "under 1 of 2 other draws" in flags[0].message
+
+
+def test_the_audit_flags_a_task_whose_input_passes_as_its_output_under_the_policy(tmp_path):
+    """x plus a drawn shift of about 1e-2: the input handed back equals no output, yet passes under kernelbench's
+    absolute tolerance where the shift is small (level2/51's `input` and `input_view` holes). Under a draw of the
+    weights whose shift is beyond it, the audit finds it under another draw; strict's tolerance never passes it."""
+    import torch
+
+    def shift(seed: int) -> float:  # the fixture's one weight, as its worker builds it under `seed`
+        torch.manual_seed(seed)
+        return float(torch.randn(1) * 0.01)
+
+    small = next(s for s in range(1000) if abs(shift(s)) < 0.003)
+    big = next(s for s in range(1000) if abs(shift(s)) > 0.02)
+    reference = Task.from_file(DATA / "near_input.py")
+    with ProbeWorker(reference, "cpu", tmp_path, seed=small) as probe:
+        _, found = audit_task(reference, probe, "kernelbench", weight_seeds=[])
+        assert [f.check for f in found if f.severity == "flag"] == ["input_passes"]
+        _, found = audit_task(reference, probe, "strict", weight_seeds=[small])
+        assert [f.check for f in found if f.severity == "flag"] == []
+    with ProbeWorker(reference, "cpu", tmp_path, seed=big) as probe:
+        _, found = audit_task(reference, probe, "kernelbench", weight_seeds=[big])
+        assert [f.check for f in found if f.severity == "flag"] == []
+        _, found = audit_task(reference, probe, "kernelbench", weight_seeds=[big, small])
+    flags = [f for f in found if f.severity == "flag"]
+    assert [f.check for f in flags] == ["input_passes"] and "under 1 of 2 other draws" in flags[0].message
+
+
+def test_under_strict_the_audit_flags_a_task_whose_reference_is_far_from_its_exact_result_under_other_weights(
+        tmp_path):
+    """Strict's trials judge an output again against the exact result, and accept one as accurate as the reference:
+    where the reference's fp32 output is itself far from it (a chaotic reference under some draws of its weights),
+    zeros and a stored output pass. The audit's own draw may be a tame one; its weight draws find the others."""
+    import torch
+
+    def gain(seed: int) -> float:  # the fixture's one weight, as its worker builds it under `seed`
+        torch.manual_seed(seed)
+        return abs(float(torch.randn(1)))
+
+    tame = next(s for s in range(1000) if gain(s) < 0.3)
+    chaotic = next(s for s in range(1000) if gain(s) > 2.2)
+    reference = Task.from_file(DATA / "chaotic.py")
+    with ProbeWorker(reference, "cpu", tmp_path, seed=tame) as probe:
+        _, found = audit_task(reference, probe, "strict", weight_seeds=[tame])
+        assert [f.check for f in found if f.severity == "flag"] == []
+        _, found = audit_task(reference, probe, "strict", weight_seeds=[tame, chaotic])
+    flags = [f for f in found if f.severity == "flag"]
+    assert {f.check for f in flags} == {"stored_output_passes", "zeros_pass"}, found
+    assert all("under 1 of 2 other draws" in f.message for f in flags)
 
 
 def test_an_audit_draw_waits_while_the_device_is_timed(tmp_path):

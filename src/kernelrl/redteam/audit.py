@@ -26,8 +26,9 @@ if TYPE_CHECKING:
 DRAWS = ((1.0, ("strict", "kernelbench")), (1.0, ("strict", "kernelbench")), (0.5, ("strict",)), (2.0, ("strict",)))
 SEVERITIES = ("flag", "note")  # flag: a trivial program solves the task; note: worth knowing, not trivial
 # Other draws of the reference's weights (its init seed; each run of the evaluator draws them anew) on which the audit
-# asks again whether the output depends on the input: a clamp that every value reaches under some weights (KernelBench's
-# level2/58: 71 of 200, `benchmarks/weight_draws.py`) is solved by a constant in those runs.
+# asks again what a trivial program gets: a clamp that every value reaches under some weights (KernelBench's level2/58:
+# 71 of 200, `benchmarks/weight_draws.py`) is solved by a constant in those runs, and a residual add of a weighted term
+# that is under the tolerance in some (level2/51 under kernelbench) by the input handed back.
 WEIGHT_DRAWS = 4
 
 
@@ -35,8 +36,8 @@ WEIGHT_DRAWS = 4
 class Finding:
     """One thing the audit found about a task."""
 
-    check: str      # input_independent, stored_output_passes, output_is_input, zeros_pass, input_ignored,
-                    # input_negligible, reference_fails, weights_fail
+    check: str      # input_independent, stored_output_passes, output_is_input, input_passes, zeros_pass,
+                    # input_ignored, input_negligible, reference_fails, weights_fail
     message: str
     severity: str = "flag"
 
@@ -58,16 +59,18 @@ class Facts:
     zeros: bool          # zeros pass as this draw's outputs
     biggest: float       # the largest |output| of this draw
     inputs: tuple = ()   # per output, the inputs it equals (inputs the call left as drawn)
+    passing: tuple = ()  # per output, the inputs that pass as it under the policy's comparison (likewise)
     scale: float = 1.0   # the scale of its float inputs
     judged: bool = True  # whether the policy's trials draw inputs like this one
 
     @classmethod
     def from_dict(cls, d: dict) -> "Facts":
-        return cls(**dict(d, inputs=tuple(tuple(js) for js in d.get("inputs", ()))))
+        return cls(**dict(d, inputs=tuple(tuple(js) for js in d.get("inputs", ())),
+                          passing=tuple(tuple(js) for js in d.get("passing", ()))))
 
 
 def facts(base: list, outs: list, policy: str, atol: float | None = None, rtol: float | None = None,
-          inputs=(), exact: Callable[[], list | None] | None = None) -> Facts:
+          inputs=(), exact: Callable[[], list | None] | None = None, passing=()) -> Facts:
     """Compare one draw's outputs with the first draw's (`base`), and with zeros, as the evaluator compares outputs.
     `exact` (strict): the draw's exact (float64) outputs, or None where they cannot be had, asked for only where zeros
     or `base` miss the tolerance; strict's trials judge such an output again against the exact result, and so does
@@ -81,7 +84,14 @@ def facts(base: list, outs: list, policy: str, atol: float | None = None, rtol: 
             passes = passes or _accurate(base, outs, xs)
             zeros = zeros or _accurate(zero_outs, outs, xs)
     biggest = max((float(o.abs().max()) for o in outs if o.numel() and o.dtype != torch.bool), default=0.0)
-    return Facts(_equal(base, outs), passes, err, zeros, biggest, tuple(tuple(js) for js in inputs))
+    return Facts(_equal(base, outs), passes, err, zeros, biggest, tuple(tuple(js) for js in inputs),
+                 tuple(tuple(js) for js in passing))
+
+
+def passes_as(out: list, ref: list, policy: str, atol=None, rtol=None) -> bool:
+    """Whether `out` passes for `ref` by the policy's elementwise comparison (strict's second look, against the exact
+    result, left out: what passes here passes the trials)."""
+    return _passes(out, ref, policy, atol, rtol)[0]
 
 
 def _equal(a: list, b: list) -> bool:
@@ -122,13 +132,15 @@ def findings(first: Facts, draws: list[Facts], varied: dict[int, Facts], policy:
         found.append(Finding("stored_output_passes", f"one draw's output passes as every other's under {policy} "
                                                      f"(relative L2 error up to {worst:.3g}): a program that returns "
                                                      "a stored output solves the task"))
-    handed_back = [sorted(set.intersection(*(set(d.inputs[k]) if k < len(d.inputs) else set()
-                                             for d in judged)))
-                   for k in range(len(first.inputs))]
-    if handed_back and all(handed_back):
+    handed_back = _on_every(judged, "inputs")
+    if handed_back:
         pairs = ", ".join(f"output {k} is input {js[0]}" for k, js in enumerate(handed_back))
         found.append(Finding("output_is_input", f"{pairs} on every draw ({where}): a program that hands its input back "
                                                 "solves the task"))
+    elif passing := _on_every(judged, "passing"):
+        pairs = ", ".join(f"input {js[0]} passes as output {k}" for k, js in enumerate(passing))
+        found.append(Finding("input_passes", f"{pairs} under {policy} on every draw ({where}): a program that hands "
+                                             "its input back solves the task"))
     if all(d.zeros for d in judged):
         found.append(Finding("zeros_pass", f"zeros pass under {policy}: the largest |output| is "
                                            f"{max(d.biggest for d in judged):.3g}"))
@@ -142,11 +154,20 @@ def findings(first: Facts, draws: list[Facts], varied: dict[int, Facts], policy:
     return found
 
 
+def _on_every(judged: list[Facts], field: str) -> list[list[int]]:
+    """Per output, the inputs that relate to it (`Facts.inputs` or `Facts.passing`) on every judged draw; [] unless
+    every output has one."""
+    per = [sorted(set.intersection(*(set(getattr(d, field)[k]) if k < len(getattr(d, field)) else set()
+                                     for d in judged)))
+           for k in range(len(getattr(judged[0], field)))]
+    return per if per and all(per) else []
+
+
 def audit_task(task: Task, probe: "ProbeWorker", policy: str,
                weight_seeds: list[int] | None = None) -> tuple["Profile", list[Finding]]:
     """The task's profile (inputs and outputs) and its findings, from draws of its reference in `probe`'s worker;
-    then, where nothing flags it, whether its output depends on its input asked again under other draws of its
-    weights (`weight_seeds`, default `WEIGHT_DRAWS` secret ones)."""
+    then, where nothing flags it, what a trivial program gets asked again under other draws of its weights
+    (`weight_seeds`, default `WEIGHT_DRAWS` secret ones)."""
     seeds = [secrets.randbits(62) for _ in range(len(DRAWS) + 1)]
     rule = {"policy": policy, "atol": task.meta.atol, "rtol": task.meta.rtol}
     header = probe.draw(seeds[0], rule=rule, base=True)
@@ -163,30 +184,37 @@ def audit_task(task: Task, probe: "ProbeWorker", policy: str,
     found = findings(first, draws, varied, policy)
     if not any(f.severity == "flag" for f in found):  # a task already flagged needs no more reasons
         weight_seeds = [secrets.randbits(31) for _ in range(WEIGHT_DRAWS)] if weight_seeds is None else weight_seeds
-        found += _constant_under_weights(probe, policy, rule, weight_seeds)
+        found += _trivial_under_weights(probe, policy, rule, weight_seeds)
     return profile, found
 
 
-def _constant_under_weights(probe: "ProbeWorker", policy: str, rule: dict, weight_seeds: list[int]) -> list[Finding]:
-    """A finding where, under some of `weight_seeds`, the output is the same on every draw the policy's trials make."""
+def _trivial_under_weights(probe: "ProbeWorker", policy: str, rule: dict, weight_seeds: list[int]) -> list[Finding]:
+    """Findings that flag the task under some of `weight_seeds`: each draw of the weights is audited as the task's own
+    draw is (`findings`, on the draws the policy's trials make), and a check that flags it under any of them is one
+    finding, saying under how many."""
     from kernelrl.redteam.probe import ProbeError
 
     judged = [scale for scale, judged_by in DRAWS if policy in judged_by]
-    constant = 0
+    hits: dict[str, list[Finding]] = {}
     for w in weight_seeds:
         try:
             probe.weights(w)
             seeds = [secrets.randbits(62) for _ in range(len(judged) + 1)]
-            probe.draw(seeds[0], rule=rule, base=True, equal_only=True)
-            if all(probe.draw(seed, scale, rule=rule, equal_only=True)["facts"]["equal"]
-                   for seed, scale in zip(seeds[1:], judged)):
-                constant += 1
+            # Under strict, where the trials judge an output again against the exact (float64) result, the first
+            # draw's exact result screens the weights: where zeros are as accurate as the reference there (its fp32
+            # output is itself far from the exact one: a chaotic reference, KernelBench's level3/24 under some
+            # weights), the other draws ask for it too; elsewhere they ask for equality and the plain comparison.
+            first = Facts.from_dict(probe.draw(seeds[0], rule=rule, base=True,
+                                               equal_only=policy != "strict")["facts"])
+            exact = policy == "strict" and first.zeros
+            draws = [replace(Facts.from_dict(probe.draw(seed, scale, rule=rule, equal_only=not exact)["facts"]),
+                             scale=scale) for seed, scale in zip(seeds[1:], judged)]
         except ProbeError as e:  # the reference does not build or run under these weights: no more is asked
             return [Finding("weights_fail", f"the reference could not be run under another draw of its weights: {e}",
                             "note")]
-    if not constant:
-        return []
-    return [Finding("input_independent", f"under {constant} of {len(weight_seeds)} other draws of the task's weights "
-                                         f"(drawn anew each run) the output is the same for every input "
-                                         f"({len(judged) + 1} draws each): a program that returns a constant solves "
-                                         f"the task in such runs")]
+        for f in findings(first, draws, {}, policy):
+            if f.severity == "flag":
+                hits.setdefault(f.check, []).append(f)
+    return [Finding(check, f"under {len(found)} of {len(weight_seeds)} other draws of the task's weights (drawn anew "
+                           f"each run): {found[0].message} in such runs")
+            for check, found in hits.items()]

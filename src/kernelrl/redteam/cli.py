@@ -35,6 +35,8 @@ def redteam_command(
     level: List[str] = typer.Option([], "--level", "-l", help="only this level (1, level1 or level_1); repeat for "
                                                               "several"),
     resume: bool = typer.Option(False, "--resume", help="keep the work --out's journal holds and do only the rest"),
+    report_only: bool = typer.Option(False, "--report-only", help="judge nothing: write the report of --out's journal "
+                                                                  "(a run stopped before it wrote one)"),
     time_limit: Optional[float] = typer.Option(None, help="start no task (and no LLM call) after this many seconds; "
                                                           "finish with --resume"),
     timeout: float = typer.Option(300.0, help="seconds for one candidate's evaluation, build included"),
@@ -78,7 +80,7 @@ def redteam_command(
     except ValueError as e:
         _fail(f"--{e}" if str(e).startswith("policy") else str(e))
     try:
-        devices = tuple(dict.fromkeys(str(check_device(d)) for d in _devices(device)))
+        devices = tuple(dict.fromkeys(_named(d) if report_only else str(check_device(d)) for d in _devices(device)))
         if len(devices) > 1 and "cpu" in devices:
             raise EvaluationError(f"--device {','.join(devices)}: the CPU judges alone (no GPU beside it)")
         whole = discover(tasks_dir)
@@ -89,7 +91,9 @@ def redteam_command(
         err.print(f"[yellow]skipped[/] {escape(rel)}: {escape(why)}", highlight=False)
 
     journal = Journal(out / JOURNAL)
-    if not resume:
+    if report_only and not journal.path.exists():
+        _fail(f"--report-only: no journal at {journal.path}")
+    if not resume and not report_only:
         journal.reset()
         shutil.rmtree(out / "cases", ignore_errors=True)
     hacker = None
@@ -115,7 +119,7 @@ def redteam_command(
                        deadline=time.monotonic() + time_limit if time_limit else None)
     team = RedTeam(config, out, journal, hacker)
     try:
-        finished = _run(team, suite.tasks, resume)
+        finished = report_only or _run(team, suite.tasks, resume)
     finally:
         if hacker is not None:
             hacker.llm.close()
@@ -125,13 +129,21 @@ def redteam_command(
     summary = summarise(team, suite.tasks, suite=str(tasks_dir), note=note)
     paths = write(summary, out)
     _print(summary, err if json_out else Console(soft_wrap=True))
-    if not finished:
+    if not finished or summary["unfinished"] and report_only:
         err.print(f"[yellow]stopped early[/] (the time limit, or the LLM budget): {len(summary['unfinished'])} tasks "
                   "unfinished; run again with --resume to go on", highlight=False)
     err.print(f"wrote {', '.join(str(p) for p in paths)}", highlight=False)
     if json_out:
         sys.stdout.write(json.dumps(summary) + "\n")
     raise typer.Exit(1 if has_holes(summary) else 0)
+
+
+def _named(device: str) -> str:
+    """A device as a run on it names it, unchecked (`--report-only` reads a journal a GPU machine wrote)."""
+    import torch
+
+    d = torch.device(device)
+    return f"{d.type}:{d.index or 0}" if d.type == "cuda" else d.type
 
 
 def _run(team, tasks, resume: bool) -> bool:

@@ -84,7 +84,7 @@ class Probe(Harness):
         alone from the draw for seed `other`) and compare its outputs with the first draw's (`op["base"]`: this is the
         first draw) under `op["rule"]` (policy, atol, rtol): the header's `facts` (`audit.facts`). Outputs stay here."""
         from kernelrl.evaluate import state as progstate
-        from kernelrl.redteam.audit import facts
+        from kernelrl.redteam.audit import facts, passes_as
 
         torch = self.torch
         xs, varied = self._draw_inputs(op)
@@ -105,16 +105,20 @@ class Probe(Harness):
         inputs = [[j for j in kept if xs[j].shape == o.shape and xs[j].dtype == o.dtype and torch.equal(xs[j], o)]
                   for o in outs]
         outs = [o.detach() for o in outs]
+        rule = op["rule"]
+        # ...and passes as output k where the policy's comparison takes it for the output (a residual add of a term
+        # under the tolerance: KernelBench's level2/51 under kernelbench's absolute 1e-2)
+        passing = [[j for j in kept if xs[j].shape == o.shape and xs[j].dtype == o.dtype
+                    and passes_as([xs[j]], [o], rule["policy"], rule.get("atol"), rule.get("rtol"))] for o in outs]
         if op.get("base"):  # kept for the draws to come; a copy where it is the program's own storage
             owned = progstate.owned_storages(self._state())
             self._base = [o.clone() if o.numel() and o.untyped_storage().data_ptr() in owned else o for o in outs]
-        rule = op["rule"]
         exact = None
         if rule["policy"] == "strict" and sum(o.numel() for o in outs) <= EXACT_MOST and not op.get("equal_only"):
             def exact():  # the call may have written into its inputs: drawn again for the float64 run
                 xs64 = self.exact_outputs(self._draw_inputs(op)[0])
                 return None if isinstance(xs64, str) else xs64
-        found = facts(self._base, outs, rule["policy"], rule.get("atol"), rule.get("rtol"), inputs, exact)
+        found = facts(self._base, outs, rule["policy"], rule.get("atol"), rule.get("rtol"), inputs, exact, passing)
         header = {"type": "draw", "single": not isinstance(out, (tuple, list)), "varied": varied,
                   "inputs": [_spec(x, torch) for x in xs], "outputs": [_spec(o, torch) for o in outs],
                   "facts": asdict(found)}
