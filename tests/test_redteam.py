@@ -98,6 +98,31 @@ def test_report_only_writes_the_report_of_a_journal_and_judges_nothing(normal_ru
     assert missing.exit_code == 2 and "no journal at" in missing.output
 
 
+def test_redo_drops_a_tasks_records_and_cases_and_judges_it_again(tmp_path):
+    """After the audit or the evaluator changes, --redo TASK does one task's work again in a resumed run: its records
+    and regression cases go, the other tasks' stay as they were."""
+    suite = suite_of(tmp_path, "identity", "tiny")
+    out = tmp_path / "out"
+    first = redteam(suite, "--policy", "kernelbench", "--out", out, "--templates", "input,zeros", *FAST)
+    assert first.exit_code == 1, first.output  # input passes on identity, zeros on tiny
+    before = journal(out)
+    cases = sorted(p.name for p in (out / "cases").iterdir())
+    assert any(c.startswith("identity--") for c in cases) and any(c.startswith("tiny--") for c in cases)
+    again = redteam(suite, "--policy", "kernelbench", "--out", out, "--templates", "input,zeros", "--resume",
+                    "--redo", "identity", *FAST)
+    assert again.exit_code == 1, again.output
+    after = journal(out)
+    assert [r for r in after if r["task"] == "tiny"] == [r for r in before if r["task"] == "tiny"]
+    redone = [r for r in after if r["task"] == "identity"]
+    assert sorted(r["kind"] + r["name"] for r in redone) == sorted(
+        r["kind"] + r["name"] for r in before if r["task"] == "identity")
+    assert all(r["at"] > max(b["at"] for b in before) for r in redone)
+    assert sorted(p.name for p in (out / "cases").iterdir()) == cases
+    for bad, why in ((["--redo", "nope"], "no such task"), (["--redo", "tiny", "--report-only"], "--redo needs")):
+        r = redteam(suite, "--out", out, "--resume", *bad, "--device", "cpu")
+        assert r.exit_code == 2 and why in r.output, r.output
+
+
 def test_an_audit_is_journalled_with_how_long_it_took(normal_run):
     _, _, out = normal_run
     audit = next(r for r in journal(out) if r["kind"] == "audit")

@@ -35,6 +35,8 @@ def redteam_command(
     level: List[str] = typer.Option([], "--level", "-l", help="only this level (1, level1 or level_1); repeat for "
                                                               "several"),
     resume: bool = typer.Option(False, "--resume", help="keep the work --out's journal holds and do only the rest"),
+    redo: List[str] = typer.Option([], "--redo", help="with --resume: drop this task's records (a name as the report "
+                                                      "gives it) and do its work again; repeat for several"),
     report_only: bool = typer.Option(False, "--report-only", help="judge nothing: write the report of --out's journal "
                                                                   "(a run stopped before it wrote one)"),
     time_limit: Optional[float] = typer.Option(None, help="start no task (and no LLM call) after this many seconds; "
@@ -93,6 +95,15 @@ def redteam_command(
     journal = Journal(out / JOURNAL)
     if report_only and not journal.path.exists():
         _fail(f"--report-only: no journal at {journal.path}")
+    if redo:
+        if not resume or report_only:
+            _fail("--redo needs --resume (and judges, so not with --report-only)")
+        unknown = sorted(set(redo) - {st.name for st in whole.tasks})
+        if unknown:
+            _fail(f"--redo {unknown[0]}: no such task in {tasks_dir}")
+        for r in journal.drop(set(redo)):
+            if r.get("case"):
+                shutil.rmtree(out / r["case"], ignore_errors=True)
     if not resume and not report_only:
         journal.reset()
         shutil.rmtree(out / "cases", ignore_errors=True)

@@ -3,6 +3,7 @@ attempt), appended as it finishes, so a run that dies loses nothing and `--resum
 from __future__ import annotations
 
 import json
+import os
 import threading
 from pathlib import Path
 
@@ -47,6 +48,28 @@ class Journal:
                 self._mended = True
                 f.write(line.encode())
                 f.flush()
+
+    def drop(self, tasks: set[str]) -> list[dict]:
+        """Remove the records of `tasks` (by name), so that a resumed run does their work again; the records dropped.
+        The file is written anew beside and moved over the old one: a run killed meanwhile keeps one or the other."""
+        kept, dropped = [], []
+        with self._lock:
+            if not self.path.exists():
+                return dropped
+            for line in self.path.read_text().splitlines():
+                try:
+                    record = json.loads(line)
+                except ValueError:
+                    continue  # a line cut short when a run was killed
+                if record.get("task") in tasks:
+                    dropped.append(record)
+                else:
+                    kept.append(line)
+            tmp = self.path.with_name(self.path.name + ".tmp")
+            tmp.write_text("".join(line + "\n" for line in kept))
+            os.replace(tmp, self.path)
+            self._mended = True
+        return dropped
 
     def reset(self) -> None:
         with self._lock:
