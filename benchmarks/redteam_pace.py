@@ -7,8 +7,9 @@ Its records carry the wall-clock time they were written (`at`); a pause longer t
 between two records starts another call (a resumed run). For each call, one row: its span (first record to last),
 the tasks audited in it and the template verdicts judged, tasks per 100 s of the span, and the GPU stage's seconds
 (the verdicts' `correctness`, `alone`, `timing`, `graphs`, `recheck` and `finish` phases, summed) and their share of
-the span: near 100% a call is bound by its GPU stage (one GPU; on several, above). Then the GPU stage a verdict by
-status, and its `correctness` and `finish` means. Markdown to stdout, or to `--out`.
+the span: near 100% a call is bound by its GPU stage (one GPU; on several, above); then that sum by phase (`alone`
+is the wait for the work beside the GPU stage to end before timing, `recheck` the re-measurement of speedups above
+3x in a fresh worker). Then the GPU stage a verdict by status, and its `correctness` and `finish` means. Markdown to stdout, or to `--out`.
 """
 from __future__ import annotations
 
@@ -67,19 +68,21 @@ def summarise(call: list[dict]) -> dict:
     return {"span_s": span, "policy": call[0].get("policy", ""), "first": audits[0]["task"] if audits else "",
             "last": audits[-1]["task"] if audits else "", "audits": len(audits), "judged": len(judged),
             "tasks_per_100s": 100 * len(audits) / span if span else 0.0, "gpu_stage_s": busy,
-            "gpu_share": busy / span if span else 0.0, "by_status": by_status}
+            "gpu_share": busy / span if span else 0.0, "by_status": by_status,
+            "by_phase": {k: sum(r["phases"].get(k, 0.0) for r in judged) for k in GPU_PHASES}}
 
 
 def table(named: list[tuple[str, dict]]) -> str:
     lines = ["| journal, call | policy | tasks audited | span | tasks / 100 s | verdicts | GPU stage | of the span | "
-             "GPU stage a verdict by status (correctness, finish) |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+             f"by phase ({', '.join(GPU_PHASES)}) | GPU stage a verdict by status (correctness, finish) |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for name, s in named:
         statuses = "; ".join(f"{k} {v['n']}: {v['gpu_stage']:.2f} s ({v['correctness']:.2f}, {v['finish']:.2f})"
                              for k, v in s["by_status"].items())
         tasks = f"{s['audits']} (`{s['first']}` … `{s['last']}`)" if s["audits"] else "0"
         lines.append(f"| {name} | {s['policy']} | {tasks} | {s['span_s']:.0f} s | {s['tasks_per_100s']:.1f} | "
-                     f"{s['judged']} | {s['gpu_stage_s']:.0f} s | {s['gpu_share']:.0%} | {statuses or '-'} |")
+                     f"{s['judged']} | {s['gpu_stage_s']:.0f} s | {s['gpu_share']:.0%} | "
+                     f"{', '.join(f'{v:.0f}' for v in s['by_phase'].values())} | {statuses or '-'} |")
     return "\n".join(lines) + "\n"
 
 

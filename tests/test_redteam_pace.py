@@ -36,9 +36,11 @@ def test_a_journal_is_split_into_calls_by_its_pauses_and_each_reads_its_pace_and
     assert first["tasks_per_100s"] == 4.0 and first["gpu_stage_s"] == 4.0 and first["gpu_share"] == 0.08
     assert first["by_status"]["incorrect"] == pytest.approx({"n": 2, "gpu_stage": 0.5, "correctness": 0.2,
                                                              "finish": 0.3})
+    assert first["by_phase"] == pytest.approx({"correctness": 0.9, "alone": 0.0, "timing": 1.0, "graphs": 1.0,
+                                               "recheck": 0.0, "finish": 1.1})
     assert (second["audits"], second["judged"], second["first"]) == (1, 1, "c")
     out = tmp_path / "pace.md"
     redteam_pace.main([str(journal), "--out", str(out)])
     rows = out.read_text().splitlines()[2:]
     assert len(rows) == 2
-    assert rows[0].startswith("| redteam_strict 1 | strict | 2 (`a` … `b`) | 50 s | 4.0 | 3 | 4 s | 8% |")
+    assert rows[0].startswith("| redteam_strict 1 | strict | 2 (`a` … `b`) | 50 s | 4.0 | 3 | 4 s | 8% | 1, 0, 1, 1, 0, 1 |")
