@@ -242,6 +242,29 @@ def test_under_strict_the_audit_flags_a_task_whose_reference_is_far_from_its_exa
     assert all("under 1 of 2 other draws" in f.message for f in flags)
 
 
+def test_a_weight_draw_stops_at_the_first_draw_on_which_no_trivial_program_passes():
+    """Each check asks for its property on every draw the trials make: once a draw has none (not equal, a stored
+    output and zeros fail, no input passes), no draw after it can make a finding, and none is run."""
+    from kernelrl.redteam import audit
+
+    class Draws:  # what a ProbeWorker answers for a task whose output depends on its input under every weight draw
+        def __init__(self):
+            self.asked = []
+
+        def weights(self, seed):
+            self.asked.append("weights")
+
+        def draw(self, seed, scale=1.0, rule=None, base=False, equal_only=False):
+            self.asked.append("base" if base else "draw")
+            return {"facts": {"equal": base, "passes": base, "rel_l2": 0.0 if base else 1.0, "zeros": False,
+                              "biggest": 1.0, "inputs": [[]], "passing": [[]]}}
+
+    probe = Draws()
+    rule = {"policy": "strict", "atol": None, "rtol": None}
+    assert audit._trivial_under_weights(probe, "strict", rule, [1, 2, 3]) == []
+    assert probe.asked == ["weights", "base", "draw"] * 3
+
+
 def test_an_audit_draw_waits_while_the_device_is_timed(tmp_path):
     # On CUDA the next task's audit runs beside the evaluators' jobs: its draws hold the device lock as their
     # untimed work does, so none runs while a program is timed

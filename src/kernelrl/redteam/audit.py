@@ -207,8 +207,13 @@ def _trivial_under_weights(probe: "ProbeWorker", policy: str, rule: dict, weight
             first = Facts.from_dict(probe.draw(seeds[0], rule=rule, base=True,
                                                equal_only=policy != "strict")["facts"])
             exact = policy == "strict" and first.zeros
-            draws = [replace(Facts.from_dict(probe.draw(seed, scale, rule=rule, equal_only=not exact)["facts"]),
-                             scale=scale) for seed, scale in zip(seeds[1:], judged)]
+            draws = []
+            for seed, scale in zip(seeds[1:], judged):
+                d = replace(Facts.from_dict(probe.draw(seed, scale, rule=rule, equal_only=not exact)["facts"]),
+                            scale=scale)
+                draws.append(d)
+                if not (d.equal or d.passes or d.zeros or any(d.inputs) or any(d.passing)):
+                    break  # every check asks for its property on every draw: none can flag under these weights
         except ProbeError as e:  # the reference does not build or run under these weights: no more is asked
             return [Finding("weights_fail", f"the reference could not be run under another draw of its weights: {e}",
                             "note")]
