@@ -484,3 +484,33 @@ def test_on_a_shared_device_a_killed_worker_is_reaped_after_its_gpu_stage_and_be
         assert exclusive and id(killed[0]) in exclusive[0]  # timed only once the first worker was reaped
         assert len(reaped) == 2, reaped  # `evaluate` returns once its own worker is reaped
     assert [(w.proc.poll() is not None, w.scratch.exists()) for w in killed] == [(True, False)] * 2
+
+
+def test_a_prepared_candidates_worker_is_stopped_while_another_job_is_timed(tmp_path, monkeypatch, task):
+    # A scheduler prepares candidates ahead: their workers wait, the candidates' code loaded, while another job is
+    # timed. Nothing of theirs may run then (a thread left running could put work on the device): each is stopped
+    # for the timing and goes on for its own GPU stage. (The CPU's lock is made a shared device's here.)
+    from pathlib import Path as P
+
+    from kernelrl.evaluate import evaluator as evaluator_module
+    from kernelrl.evaluate.gpulock import DeviceLock, Stage
+
+    monkeypatch.setattr(evaluator_module, "device_lock", lambda device: DeviceLock(sharing=True))
+    seen, to_exclusive = [], Stage.to_exclusive
+    waiting = {}
+
+    def timed(self):
+        to_exclusive(self)
+        seen.append({k: P(f"/proc/{w.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+                     for k, w in waiting.items() if w.proc.poll() is None})
+
+    monkeypatch.setattr(Stage, "to_exclusive", timed)
+    with Evaluator(EvalConfig(cache_dir=str(tmp_path), **FAST)) as e:
+        a = e.prepare(task, Candidate.from_file(DATA / "correct.py"))
+        b = e.prepare(task, Candidate.from_file(DATA / "correct.py"))
+        waiting["b"] = b.cand
+        assert e.judge(a).status == "ok"
+        assert seen and seen[0] == {"b": "T"}, seen  # b's worker was stopped while a was timed
+        waiting.clear()
+        assert e.judge(b).status == "ok"  # and went on for its own stage
+

@@ -151,3 +151,59 @@ def test_a_killed_workers_end_keeps_timing_off_the_device_but_not_the_next_trial
     nxt.let_go()
     with lock.exclusive():  # nothing left held
         pass
+
+
+def _state(pid: int) -> str:
+    """A process's state letter (`T`: stopped)."""
+    from pathlib import Path
+
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+
+
+def test_a_parked_worker_is_stopped_while_the_device_is_held_alone_and_goes_on_after():
+    """A prepared candidate's worker waits for its GPU stage running the candidate's code, which could start work of
+    its own on the device: parked on the lock, it is stopped whenever the device is held alone (timing), at once
+    where it is held alone when parked, and goes on when the hold ends or its own stage unparks it."""
+    import subprocess
+    import sys
+
+    from kernelrl.sandbox.process import Worker
+
+    class Waiting:  # a worker's process: a session of its own, as `Worker` starts one
+        def __init__(self):
+            self.proc = subprocess.Popen([sys.executable, "-c", "import time\nwhile True: time.sleep(0.005)"],
+                                         start_new_session=True)
+
+        pause = Worker.pause
+
+    def stopped(w, want: bool) -> bool:
+        end = time.monotonic() + 5
+        while (_state(w.proc.pid) == "T") != want and time.monotonic() < end:
+            time.sleep(0.01)
+        return (_state(w.proc.pid) == "T") == want
+
+    lock, a, b = DeviceLock(sharing=True), Waiting(), Waiting()
+    try:
+        lock.park(a)
+        with lock.beside():  # untimed work beside: the parked worker goes on
+            assert stopped(a, False)
+        stage = lock.stage()
+        stage.hold(shared=True)
+        assert stopped(a, False)
+        stage.to_exclusive()  # timing
+        assert stopped(a, True)
+        lock.park(b)  # prepared while the device is timed: stopped at once
+        assert stopped(b, True)
+        stage.let_go()
+        assert stopped(a, False) and stopped(b, False)
+        with lock.exclusive():
+            assert stopped(a, True) and stopped(b, True)
+            lock.unpark(b)  # its own GPU stage (or it is given up): it goes on, and is stopped no more
+            assert stopped(b, False)
+        with lock.exclusive():
+            assert stopped(a, True) and stopped(b, False)
+        assert stopped(a, False)
+    finally:
+        for w in (a, b):
+            w.proc.kill()
+            w.proc.wait(10)

@@ -150,6 +150,8 @@ class Evaluator(CandidateWorkers, ReferencePool, Trials, TimedRounds, Integrity)
             self.release(p)
             raise
         p.ready = time.monotonic()
+        if p.cand is not None:  # stopped while the device is timed for others, until its own GPU stage (`gpulock`)
+            self._gpu.park(p.cand)
         return p
 
     FIRST_CALL_S = 120.0  # the most a candidate's first call in the CPU stage may take (`_first_call`)
@@ -228,6 +230,8 @@ class Evaluator(CandidateWorkers, ReferencePool, Trials, TimedRounds, Integrity)
         task, candidate = p.task, p.candidate
         start = time.monotonic()
         self._stage.hold(shared=self._shares(p.state))  # correctness beside other untimed work, or alone
+        if p.cand is not None:
+            self._gpu.unpark(p.cand)
         p.phases.mark("waited")
         waited = p.phases.seen["waited"]
         self._phases = p.phases
@@ -282,6 +286,7 @@ class Evaluator(CandidateWorkers, ReferencePool, Trials, TimedRounds, Integrity)
             self._closed = True
             for p in list(self._live):  # candidates still being prepared stop at their next request
                 if p.cand is not None:
+                    self._gpu.unpark(p.cand)
                     p.cand.kill()
             for worker, _ in self._refs.values():
                 worker.close()
@@ -431,6 +436,8 @@ class Evaluator(CandidateWorkers, ReferencePool, Trials, TimedRounds, Integrity)
             if p.finished:
                 return
             p.finished = True
+        if p.cand is not None:
+            self._gpu.unpark(p.cand)
         drop_fresh(p.fresh)
         p.fresh = None
         keep = p.kept and not any(f.severity == "reject" for f in p.flags)

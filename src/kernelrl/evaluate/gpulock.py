@@ -14,6 +14,11 @@ same cores) every hold is exclusive.
 A CUDA device has one lock in a process (`device_lock`), whichever evaluators (one per precision policy a scheduler
 is asked for) or other untimed work (a red team's task audit) use it; each evaluator's GPU stage holds it through a
 `Stage` of its own.
+
+The lock keeps the evaluators' own work off the device while it is timed; a candidate's worker, prepared ahead and
+waiting for its GPU stage, runs the candidate's code, which could start work of its own there (a thread it left
+running). Such workers are `park`ed on the lock: while anyone holds it alone they are stopped (SIGSTOP), and they go
+on when it is let go; a worker is `unpark`ed when its own GPU stage holds the device.
 """
 from __future__ import annotations
 
@@ -43,6 +48,7 @@ class DeviceLock:
         self._writer = False
         self._writers_waiting = 0
         self._beside = threading.BoundedSemaphore(beside)
+        self._parked: dict[int, object] = {}  # id -> a prepared candidate worker waiting for its GPU stage
 
     def stage(self) -> "Stage":
         """A GPU stage's hold on this device (one for each evaluator that judges on it)."""
@@ -63,6 +69,20 @@ class DeviceLock:
         with self._cond:
             self._readers += 1  # no wait: the stage taking it holds the device, shared or alone
         return Teardown(self)
+
+    def park(self, worker) -> None:
+        """A prepared candidate's worker (`sandbox.process.Worker`) waits for its GPU stage: stopped whenever the
+        device is held alone until `unpark`, at once where it is held alone now."""
+        with self._cond:
+            self._parked[id(worker)] = worker
+            if self._writer:
+                worker.pause(True)
+
+    def unpark(self, worker) -> None:
+        """The worker's own GPU stage holds the device (or it is given up): it goes on, and is stopped no more."""
+        with self._cond:
+            if self._parked.pop(id(worker), None) is not None:
+                worker.pause(False)
 
     # -- holders from outside the GPU stage --------------------------------------------------------------------
     @contextlib.contextmanager
@@ -97,6 +117,8 @@ class DeviceLock:
         finally:
             self._writers_waiting -= 1
         self._writer = True
+        for worker in self._parked.values():  # nothing but the holder's work runs on the device
+            worker.pause(True)
 
     def _release(self, mode: str) -> None:
         with self._cond:
@@ -104,6 +126,8 @@ class DeviceLock:
                 self._readers -= 1
             else:
                 self._writer = False
+                for worker in self._parked.values():
+                    worker.pause(False)
             self._cond.notify_all()
 
 

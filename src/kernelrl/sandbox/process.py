@@ -254,6 +254,15 @@ class Worker:
                 self.proc.kill()
         return running
 
+    def pause(self, stop: bool) -> None:
+        """Stop (SIGSTOP) or continue (SIGCONT) the worker's whole process session; nothing once it has ended (its
+        process reaped, so that its group id is not another's)."""
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGSTOP if stop else signal.SIGCONT)
+            except (ProcessLookupError, PermissionError):
+                pass
+
     def close(self):
         """Kill the worker and remove its scratch directory."""
         self.kill()
