@@ -52,11 +52,12 @@ def test_a_first_call_gives_the_device_back_while_torch_compile_compiles(tmp_pat
     monkeypatch.setattr(Beside, "give_back", give_back_and_time)
     with Evaluator(EvalConfig(cache_dir=str(tmp_path), timeout_s=240, **FAST)) as e:
         v = _shared(e).evaluate(task, Candidate.from_file(DATA / "eval" / "compiled.py"))
+        mine = [h for h in freed if h._lock is e._gpu]  # holds of this evaluator's device only
     assert v.status == "ok", v.message
     assert 0 < v.phases["compiling"] <= v.phases["first_call"], v.phases
     # the probe's hold and the first call's: given back once each at their end, and the first call's again while
     # it compiled
-    assert len(freed) >= 3 and len(set(map(id, freed))) == 2
+    assert len(mine) >= 3 and len(set(map(id, mine))) == 2
 
 
 def test_a_first_call_is_made_early_where_the_call_fits_beside_the_gpu_stage_though_its_trials_do_not(tmp_path, task):

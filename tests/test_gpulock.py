@@ -53,13 +53,17 @@ def test_timing_waits_for_the_holders_beside_it_and_keeps_new_ones_out():
     assert got1.wait(10)
     tj, upgraded = _timing(stage)
     assert not upgraded.wait(WAIT)  # the holder beside it is still on the device
-    t2, got2 = _start(_beside(lock, threading.Event()))
+    second_done = threading.Event()
+    t2, got2 = _start(_beside(lock, second_done))
     assert not got2.wait(WAIT)  # a new holder waits behind the timing that asked first
     first_done.set()
     assert upgraded.wait(10)
     assert not got2.is_set()  # nothing shares the device while it is timed
     stage.let_go()
     assert got2.wait(10)
+    second_done.set()  # its hold given back here, not during a later test
+    for t in (t1, tj, t2):
+        t.join(10)
 
 
 def test_at_most_two_holders_stand_beside_the_gpu_stage():
