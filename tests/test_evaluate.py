@@ -514,3 +514,20 @@ def test_a_prepared_candidates_worker_is_stopped_while_another_job_is_timed(tmp_
         waiting.clear()
         assert e.judge(b).status == "ok"  # and went on for its own stage
 
+
+@pytest.mark.parametrize("gain, warned", [(1e7, True), (1.0, False)])
+def test_an_output_passed_by_an_exact_result_test_that_lets_zeros_through_carries_a_warning(tmp_path, gain, warned):
+    """Where the reference's fp32 output is itself far from the exact result (a chaotic reference), strict's
+    exact-result test passes any output of its size: a program summing in float64 is `ok` there, and the verdict
+    says the task cannot tell it from another output. Where the reference is accurate, nothing is said."""
+    source = (DATA / "chaotic_sum.py").read_text().replace("GAIN = 1e7", f"GAIN = {gain!r}")
+    task = Task.from_source(source, name="chaotic_sum")
+    cand = Candidate.from_source(source.replace("class Model(", "class ModelNew(").replace(
+        "torch.sin(x.sum(dim=1, keepdim=True) * GAIN)", "torch.sin(x.double().sum(dim=1, keepdim=True) * GAIN).float()"))
+    with Evaluator(EvalConfig(cache_dir=str(tmp_path), policy="strict", **FAST)) as e:
+        v = e.evaluate(task, cand)
+    assert v.status == "ok", v.message
+    inaccurate = [f for f in v.flags if f.check == "reference_inaccurate"]
+    assert bool(inaccurate) == warned, [f.message for f in v.flags]
+    assert all(f.severity == "warn" and "from the exact result" in f.message for f in inaccurate)
+

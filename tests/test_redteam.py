@@ -345,20 +345,23 @@ def test_a_hole_on_a_task_the_audit_does_not_flag_is_reported_as_unexplained(tmp
     assert "### `normal` (flagged: a hole)" in page and "### `tiny` (flagged by the audit)" in page
 
 
-def test_a_hole_whose_own_run_found_the_reference_ignoring_its_inputs_flags_the_task_and_is_not_unexplained(tmp_path):
-    # KernelBench's 58_ConvTranspose3d_LogSumExp_HardSwish_Subtract_Clamp: clamp(h - bias, -1, 1) is 1 everywhere
-    # when the randomly drawn bias is low enough. The weights are drawn anew each run, so the audit's draw may not
-    # be such a case while the run that judged `ones` was; that run's verdict says so, and it is the task's hole.
+@pytest.mark.parametrize("warning, finding", [("task_property", "input_independent"),
+                                              ("reference_inaccurate", "reference_inaccurate")])
+def test_a_hole_whose_own_verdict_warns_about_the_task_flags_it_and_is_not_unexplained(tmp_path, warning, finding):
+    # The weights are drawn anew each run, so the audit's draw may be a tame one while the run that judged a template
+    # was not: KernelBench's 58_ConvTranspose3d_LogSumExp_HardSwish_Subtract_Clamp (clamp(h - bias, -1, 1) is 1
+    # everywhere when the bias is low enough: `task_property`, the reference returned the same values for two input
+    # draws) and level3/24_EfficientNetB2 under strict (its fp32 output far from the exact result, so strict's
+    # exact-result test passes a stored output: `reference_inaccurate`). That run's verdict says so: the task's hole.
     tasks = [SuiteTask(Task.from_file(DATA / "normal.py"), "normal.py", "")]
     config = RunConfig(EvalConfig(device="cpu", policy="strict"),
                        templates=tuple(t for t in TEMPLATES if t.name in ("ones", "zeros")))
     team = RedTeam(config, tmp_path, Journal(tmp_path / JOURNAL))
     st = tasks[0]
-    constant = {"check": "task_property", "message": "the task's output does not depend on its inputs",
-                "hack": None, "severity": "warn"}
+    warned = {"check": warning, "message": "what the run found about the task", "hack": None, "severity": "warn"}
     team.record(dict(team.base(st, "audit"), profile={}, findings=[]))
     team.record(dict(team.base(st, "template", "ones"), hack="degenerate_output", status="ok", speedup=700.0,
-                     flags=[constant]))
+                     flags=[warned]))
     team.record(dict(team.base(st, "template", "zeros"), hack="degenerate_output", status="ok", speedup=700.0,
                      flags=[]))
     summary = summarise(team, tasks)
@@ -366,9 +369,9 @@ def test_a_hole_whose_own_run_found_the_reference_ignoring_its_inputs_flags_the_
     assert summary["unexplained"] == [{"task": "normal", "template": "zeros", "speedup": 700.0}]
     assert summary["flagged"] == ["normal"]
     (seen,) = summary["tasks"]["normal"]["audit"]
-    assert (seen["check"], seen["severity"], seen["source"]) == ("input_independent", "flag", "verdict")
+    assert (seen["check"], seen["severity"], seen["source"]) == (finding, "flag", "verdict")
     assert "ones" in seen["message"]
-    assert "### `normal` (flagged: the reference ignored its inputs where judged)" in markdown(summary)
+    assert "### `normal` (flagged by the verdicts where judged)" in markdown(summary)
 
 
 def test_resume_judges_only_what_is_left(tmp_path):

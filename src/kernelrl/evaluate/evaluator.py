@@ -240,6 +240,7 @@ class Evaluator(CandidateWorkers, ReferencePool, Trials, TimedRounds, Integrity)
         self._policy = self.config.policy_for(task.meta)
         self._beyond_strict = ""  # set when outputs pass only the kernelbench policy's tolerance
         self._slack = ""  # set when outputs pass KernelBench's rule only by its absolute atol
+        self._loose_exact = ""  # set when the exact-result test passed outputs with zeros inside its bound
         self._accurate = {}  # output index -> relative L2 distance from the reference of outputs found accurate
         static = [_under_policy(f, self._policy) for f in p.static]
         try:
@@ -465,6 +466,7 @@ class Evaluator(CandidateWorkers, ReferencePool, Trials, TimedRounds, Integrity)
     _incorrect_message = ""  # why this evaluation's comparison failed (calls are serialised by the lock)
     _policy = "strict"  # the precision policy of the evaluation under way
     _beyond_strict = ""  # which output needed the kernelbench policy's looser tolerance, if any
+    _loose_exact = ""  # where the exact-result test's bound let zeros through (the reference itself far from exact)
 
     def _ask(self, worker: Worker, op: dict, timeout: float, what: str, build: bool = False):
         """Send an op to a candidate worker; turn every failure into a verdict (raised as Aborted)."""

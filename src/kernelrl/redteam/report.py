@@ -50,9 +50,16 @@ def summarise(team, tasks, suite: str = "", note: str = "") -> dict:
             n += 1
         by_audit = flags_task(audit["findings"])
         # A hole whose own run found the reference's output the same for two input draws is the task's: the weights
-        # are drawn anew for each reference, and under some draws (a clamp every value reaches) no input matters.
-        shown = [h["template"] for h in holes if not h["allowed_by_policy"] and _constant_reference(h)]
-        findings = audit["findings"] + ([_seen_constant(shown)] if shown and not by_audit else [])
+        # are drawn anew for each reference, and under some draws (a clamp every value reaches) no input matters. So
+        # is one whose run found the reference's fp32 output too far from the exact result for strict's
+        # exact-result test to tell outputs apart (a chaotic reference, under some draws of its weights).
+        findings, shown = list(audit["findings"]), set()
+        if not by_audit:
+            for check in VERDICT_FINDINGS:
+                carried = [h["template"] for h in holes if not h["allowed_by_policy"] and _carries(h, check)]
+                if carried:
+                    findings.append(_seen(check, carried))
+                    shown.update(carried)
         report[st.name] = {"audit": findings, "holes": holes}
         counts["holes"] += len(holes)
         counts["allowed"] += sum(h["allowed_by_policy"] for h in holes)
@@ -80,17 +87,28 @@ def flags_task(findings: list[dict]) -> bool:
     return any(f["severity"] == "flag" for f in findings)
 
 
-def _constant_reference(hole: dict) -> bool:
-    """Whether the hole's verdict says the reference of its run returned the same values for two input draws."""
-    return any(f.get("check") == "task_property" for f in hole["flags"])
+# A verdict's warning about the task itself -> the finding it makes where it comes with a hole, and what it says
+VERDICT_FINDINGS = {
+    "task_property": ("input_independent", "the reference returned the same values for two input draws (its weights "
+                                           "are drawn anew each run; the audit's draw was not such a case): a program "
+                                           "that returns a constant solves the task there"),
+    "reference_inaccurate": ("reference_inaccurate", "the reference's fp32 output was so far from its exact (float64) "
+                                                     "result that strict's exact-result test let zeros through (its "
+                                                     "weights are drawn anew each run; the audit's draw was not such a "
+                                                     "case): a stored output or zeros solve the task there"),
+}
 
 
-def _seen_constant(templates: list[str]) -> dict:
-    """The finding that flags a task whose reference, in the runs that judged `templates`, ignored its inputs."""
-    return {"check": "input_independent", "severity": "flag", "source": "verdict",
-            "message": "in the runs that judged " + ", ".join(templates) + ", the reference returned the same values "
-                       "for two input draws (its weights are drawn anew each run; the audit's draw was not such a "
-                       "case): a program that returns a constant solves the task there"}
+def _carries(hole: dict, check: str) -> bool:
+    """Whether the hole's verdict carries the warning `check` (`VERDICT_FINDINGS`)."""
+    return any(f.get("check") == check for f in hole["flags"])
+
+
+def _seen(check: str, templates: list[str]) -> dict:
+    """The finding that flags a task whose runs that judged `templates` carried the verdict warning `check`."""
+    finding, why = VERDICT_FINDINGS[check]
+    return {"check": finding, "severity": "flag", "source": "verdict",
+            "message": "in the runs that judged " + ", ".join(templates) + ", " + why}
 
 
 def _hole(r: dict, template: str, hack: str, policy: str) -> dict:
@@ -152,7 +170,7 @@ def markdown(s: dict) -> str:
         if flags_task([f for f in t["audit"] if f.get("source") != "verdict"]):
             mark = " (flagged by the audit)"
         elif flags_task(t["audit"]):
-            mark = " (flagged: the reference ignored its inputs where judged)"
+            mark = " (flagged by the verdicts where judged)"
         elif name in s["flagged"]:
             mark = " (flagged: a hole)"
         lines += ["", f"### `{name}`{mark}", ""]
