@@ -171,19 +171,25 @@ def test_under_strict_the_audit_judges_zeros_against_the_exact_result_as_the_tri
     assert [f.check for f in found if f.severity == "flag"] == ["stored_output_passes", "zeros_pass"]
 
 
+def _seed_where(wanted) -> int:
+    """The first init seed under which a one-weight fixture's `torch.randn(1)`, drawn as its worker builds it (the
+    seed set, then the Model built), satisfies `wanted`."""
+    import torch
+
+    def weight(seed: int) -> float:
+        torch.manual_seed(seed)
+        return float(torch.randn(1))
+
+    return next(s for s in range(1000) if wanted(weight(s)))
+
+
 @pytest.mark.parametrize("policy", ["strict", "kernelbench"])
 def test_the_audit_flags_a_task_a_constant_solves_under_other_draws_of_its_weights(policy, tmp_path):
     """Each run of the evaluator draws the reference's weights anew: under some draws a clamp that every value reaches
     makes the output the same whatever the input. The audit's own draw may not be such a case; it asks again under
     other draws of the weights, and a constant solving the task under any of them flags it."""
-    import torch
-
-    def bias(seed: int) -> float:  # the fixture's one weight, as its worker builds it under `seed`
-        torch.manual_seed(seed)
-        return float(torch.randn(1) * 4)
-
-    varying = next(s for s in range(1000) if -0.5 < bias(s) < 1.5)
-    constant = next(s for s in range(1000) if bias(s) < -1.5)
+    varying = _seed_where(lambda w: -0.5 < w * 4 < 1.5)  # the bias is randn * 4
+    constant = _seed_where(lambda w: w * 4 < -1.5)
     reference = Task.from_file(DATA / "weighted_clamp.py")
     with ProbeWorker(reference, "cpu", tmp_path, seed=varying) as probe:
         _, found = audit_task(reference, probe, policy, weight_seeds=[varying])
@@ -197,14 +203,8 @@ def test_the_audit_flags_a_task_whose_input_passes_as_its_output_under_the_polic
     """x plus a drawn shift of about 1e-2: the input handed back equals no output, yet passes under kernelbench's
     absolute tolerance where the shift is small (level2/51's `input` and `input_view` holes). Under a draw of the
     weights whose shift is beyond it, the audit finds it under another draw; strict's tolerance never passes it."""
-    import torch
-
-    def shift(seed: int) -> float:  # the fixture's one weight, as its worker builds it under `seed`
-        torch.manual_seed(seed)
-        return float(torch.randn(1) * 0.01)
-
-    small = next(s for s in range(1000) if abs(shift(s)) < 0.003)
-    big = next(s for s in range(1000) if abs(shift(s)) > 0.02)
+    small = _seed_where(lambda w: abs(w * 0.01) < 0.003)  # the shift is randn * 0.01
+    big = _seed_where(lambda w: abs(w * 0.01) > 0.02)
     reference = Task.from_file(DATA / "near_input.py")
     with ProbeWorker(reference, "cpu", tmp_path, seed=small) as probe:
         _, found = audit_task(reference, probe, "kernelbench", weight_seeds=[])
@@ -224,14 +224,8 @@ def test_under_strict_the_audit_flags_a_task_whose_reference_is_far_from_its_exa
     """Strict's trials judge an output again against the exact result, and accept one as accurate as the reference:
     where the reference's fp32 output is itself far from it (a chaotic reference under some draws of its weights),
     zeros and a stored output pass. The audit's own draw may be a tame one; its weight draws find the others."""
-    import torch
-
-    def gain(seed: int) -> float:  # the fixture's one weight, as its worker builds it under `seed`
-        torch.manual_seed(seed)
-        return abs(float(torch.randn(1)))
-
-    tame = next(s for s in range(1000) if gain(s) < 0.3)
-    chaotic = next(s for s in range(1000) if gain(s) > 2.2)
+    tame = _seed_where(lambda w: abs(w) < 0.3)  # the gain is randn
+    chaotic = _seed_where(lambda w: abs(w) > 2.2)
     reference = Task.from_file(DATA / "chaotic.py")
     with ProbeWorker(reference, "cpu", tmp_path, seed=tame) as probe:
         _, found = audit_task(reference, probe, "strict", weight_seeds=[tame])

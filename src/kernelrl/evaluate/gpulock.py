@@ -48,7 +48,7 @@ class DeviceLock:
         self._writer = False
         self._writers_waiting = 0
         self._beside = threading.BoundedSemaphore(beside)
-        self._parked: dict[int, object] = {}  # id -> a prepared candidate worker waiting for its GPU stage
+        self._parked: set = set()  # prepared candidates' workers waiting for their GPU stages
 
     def stage(self) -> "Stage":
         """A GPU stage's hold on this device (one for each evaluator that judges on it)."""
@@ -74,14 +74,15 @@ class DeviceLock:
         """A prepared candidate's worker (`sandbox.process.Worker`) waits for its GPU stage: stopped whenever the
         device is held alone until `unpark`, at once where it is held alone now."""
         with self._cond:
-            self._parked[id(worker)] = worker
+            self._parked.add(worker)
             if self._writer:
                 worker.pause(True)
 
     def unpark(self, worker) -> None:
         """The worker's own GPU stage holds the device (or it is given up): it goes on, and is stopped no more."""
         with self._cond:
-            if self._parked.pop(id(worker), None) is not None:
+            if worker in self._parked:
+                self._parked.discard(worker)
                 worker.pause(False)
 
     # -- holders from outside the GPU stage --------------------------------------------------------------------
@@ -117,7 +118,7 @@ class DeviceLock:
         finally:
             self._writers_waiting -= 1
         self._writer = True
-        for worker in self._parked.values():  # nothing but the holder's work runs on the device
+        for worker in self._parked:  # nothing but the holder's work runs on the device
             worker.pause(True)
 
     def _release(self, mode: str) -> None:
@@ -126,7 +127,7 @@ class DeviceLock:
                 self._readers -= 1
             else:
                 self._writer = False
-                for worker in self._parked.values():
+                for worker in self._parked:
                     worker.pause(False)
             self._cond.notify_all()
 

@@ -122,7 +122,7 @@ class Harness:
         except Exception:  # not copyable: `_restore` builds it again from the same seed
             self._pristine = None
         self._state0 = self._state()
-        self._model64, self.compiled, self._graphs_held = None, None, {}
+        self._ran, self._model64, self.compiled, self._graphs_held = False, None, None, {}
 
     # -- plumbing ---------------------------------------------------------------------------------------
     def handle(self, op: dict):

@@ -130,7 +130,7 @@ def redteam_command(
                        deadline=time.monotonic() + time_limit if time_limit else None)
     team = RedTeam(config, out, journal, hacker)
     try:
-        finished = report_only or _run(team, suite.tasks, resume)
+        finished = report_only or _run(team, suite.tasks, resume)  # a report-only run: its journal's, below
     finally:
         if hacker is not None:
             hacker.llm.close()
@@ -138,9 +138,11 @@ def redteam_command(
         _fail(str(hacker.error))
     note = f"The LLM hacker stopped: {hacker.stopped}." if hacker is not None and hacker.stopped else ""
     summary = summarise(team, suite.tasks, suite=str(tasks_dir), note=note)
+    if report_only:
+        finished = not summary["unfinished"]
     paths = write(summary, out)
     _print(summary, err if json_out else Console(soft_wrap=True))
-    if not finished or summary["unfinished"] and report_only:
+    if not finished:
         err.print(f"[yellow]stopped early[/] (the time limit, or the LLM budget): {len(summary['unfinished'])} tasks "
                   "unfinished; run again with --resume to go on", highlight=False)
     err.print(f"wrote {', '.join(str(p) for p in paths)}", highlight=False)

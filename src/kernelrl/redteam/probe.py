@@ -102,14 +102,16 @@ class Probe(Harness):
             return _failed(problem)
         # Output k is input j where they are equal and the call left input j as it was drawn.
         kept = [j for j, (x, f) in enumerate(zip(xs, before)) if f is not None and _fingerprint(x, torch) == f]
-        inputs = [[j for j in kept if xs[j].shape == o.shape and xs[j].dtype == o.dtype and torch.equal(xs[j], o)]
-                  for o in outs]
+        fits = [[j for j in kept if xs[j].shape == o.shape and xs[j].dtype == o.dtype] for o in outs]
+        inputs = [[j for j in js if torch.equal(xs[j], o)] for js, o in zip(fits, outs)]
         outs = [o.detach() for o in outs]
         rule = op["rule"]
         # ...and passes as output k where the policy's comparison takes it for the output (a residual add of a term
-        # under the tolerance: KernelBench's level2/51 under kernelbench's absolute 1e-2)
-        passing = [[j for j in kept if xs[j].shape == o.shape and xs[j].dtype == o.dtype
-                    and passes_as([xs[j]], [o], rule["policy"], rule.get("atol"), rule.get("rtol"))] for o in outs]
+        # under the tolerance: KernelBench's level2/51 under kernelbench's absolute 1e-2); asked of the draws the
+        # findings read, not of those that vary one input
+        passing = [] if varied is not None else [
+            [j for j in js if j in eq or passes_as([xs[j]], [o], rule["policy"], rule.get("atol"), rule.get("rtol"))]
+            for js, eq, o in zip(fits, inputs, outs)]
         if op.get("base"):  # kept for the draws to come; a copy where it is the program's own storage
             owned = progstate.owned_storages(self._state())
             self._base = [o.clone() if o.numel() and o.untyped_storage().data_ptr() in owned else o for o in outs]
@@ -132,7 +134,7 @@ class Probe(Harness):
             self._build_reference()
         except BaseException as e:
             return _failed(f"{type(e).__name__}: {e}")
-        self._ran, self._base = False, None
+        self._base = None
         self._rest()
         return {"type": "weights"}, None
 
