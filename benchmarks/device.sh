@@ -33,7 +33,7 @@
 #   GPUs it spreads over (default cuda: one); CAL_FROM names another results.jsonl to go on from.
 #   SETS=mixed runs the throughput step on load_inline CUDA and Triton candidates with cold builds (default python);
 #   SUITE_ONLY=level1/a,level2/b limits the suite step; STEP_S bounds each step (seconds); TESTS names the test
-#   files (or node ids) of the gputests step; GEMM_ARGS passes flags to gemm_device.py (e.g. "--shapes models
+#   files (or node ids) of the gputests step, TEST_K its -k expression; GEMM_ARGS passes flags to gemm_device.py (e.g. "--shapes models
 #   --dtype bf16": the linear layers of open LLMs, benchmarked as x @ W.T). On a machine with several GPUs, run copies side by side, one per
 #   GPU: CUDA_VISIBLE_DEVICES=1 LANE=b bash benchmarks/device.sh gputests &  (LANE keeps their logs apart).
 # Carry .whl (openai and its needs, trl, datasets, nvidia-cutlass) and, for gemm, .kernelrl-cache.
@@ -61,7 +61,7 @@ for step in "$@"; do
     sanity) nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv
             python3 -c "import torch, triton, openai, trl; print(torch.__version__, triton.__version__, torch.cuda.get_device_name())";;
     confine) timeout "$STEP_S" python3 benchmarks/confine_probe.py | tee "$RES/confine_probe.txt";;
-    gputests) KERNELRL_INSTAFAIL=1 timeout "$STEP_S" python3 -m pytest -v -m gpu -p no:cacheprovider --durations=25 ${TESTS:-tests} 2>&1 | tee "$RES/gpu_tests${LANE:+_$LANE}.log" | tail -25;;
+    gputests) KERNELRL_INSTAFAIL=1 timeout "$STEP_S" python3 -m pytest -v -m gpu -p no:cacheprovider --durations=25 ${TESTS:-tests} ${TEST_K:+-k "$TEST_K"} 2>&1 | tee "$RES/gpu_tests${LANE:+_$LANE}.log" | tail -25;;
     eval) timeout "$STEP_S" python3 benchmarks/eval_overhead.py "$RES/eval" --repeats 5 2>&1 | tail -20;;
     throughput) timeout "$STEP_S" python3 benchmarks/eval_throughput.py "${KB:-.kb/suite}" "$RES/eval_throughput" \
                   --sets "${SETS:-python}" --modes serial,pipelined --limit 40 --budget-s $(( (STEP_S - 120) / 2 )) 2>&1 | tail -4;;

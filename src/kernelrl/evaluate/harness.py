@@ -54,6 +54,8 @@ class Harness:
         self.device = torch.device(init["device"])
         self.cuda = self.device.type == "cuda"
         if self.cuda:
+            if self.device.index is None:  # "cuda" alone names the current device (a harness built in-process)
+                self.device = torch.device("cuda", torch.cuda.current_device())
             torch.cuda.set_device(self.device)
         # Reference and candidate both compute in full fp32 unless the task says otherwise.
         torch.backends.cuda.matmul.allow_tf32 = False
