@@ -17,11 +17,12 @@ from kernelrl.bench.suite import SuiteTask
 from kernelrl.cli import app
 from kernelrl.evaluate import EvalConfig, check_device
 from kernelrl.evaluate.gpulock import DeviceLock, device_lock
+from kernelrl.redteam.audit import VERSION as AUDIT_VERSION
 from kernelrl.redteam.audit import audit_task
 from kernelrl.redteam.cases import load_cases
 from kernelrl.redteam.journal import JOURNAL, Journal
 from kernelrl.redteam.probe import ProbeWorker
-from kernelrl.redteam.report import markdown, summarise
+from kernelrl.redteam.report import flags_task, markdown, summarise
 from kernelrl.redteam.run import RedTeam, RunConfig
 from kernelrl.redteam.templates import TEMPLATES
 from kernelrl.task import Task
@@ -120,6 +121,41 @@ def test_redo_drops_a_tasks_records_and_cases_and_judges_it_again(tmp_path):
     assert sorted(p.name for p in (out / "cases").iterdir()) == cases
     for bad, why in ((["--redo", "nope"], "no such task"), (["--redo", "tiny", "--report-only"], "--redo needs")):
         r = redteam(suite, "--out", out, "--resume", *bad, "--device", "cpu")
+        assert r.exit_code == 2 and why in r.output, r.output
+
+
+def test_reaudit_audits_again_the_tasks_an_older_audit_audited_and_keeps_their_verdicts(tmp_path):
+    """A journal's audits made before the audit's checks changed are listed as such; --resume --reaudit audits those
+    tasks again with this audit (a killed re-audit goes on where it stopped) and judges no template again."""
+    suite = suite_of(tmp_path, "identity", "tiny")
+    out = tmp_path / "out"
+    first = redteam(suite, "--policy", "kernelbench", "--out", out, "--templates", "input,zeros", *FAST)
+    assert first.exit_code == 1, first.output
+    records = journal(out)
+    assert all(r["audit_version"] == AUDIT_VERSION for r in records if r["kind"] == "audit")
+    old = next(r for r in records if r["kind"] == "audit" and r["task"] == "tiny")
+    assert flags_task(old["findings"])  # zeros pass on tiny
+    # as an older audit wrote it: no version, and it had missed what this one finds
+    older = {k: v for k, v in old.items() if k != "audit_version"} | {"findings": []}
+    (out / JOURNAL).write_text("".join(json.dumps(older if r is old else r) + "\n" for r in records))
+    kept = redteam(suite, "--policy", "kernelbench", "--out", out, "--templates", "input,zeros", "--resume",
+                   "--json", *FAST)
+    report = json.loads(kept.stdout.splitlines()[-1])
+    assert report["stale_audits"] == ["tiny"] and report["counts"]["stale_audits"] == 1
+    assert report["tasks"]["tiny"]["audit"] == [] and "--reaudit" in (out / "report.md").read_text()
+    assert journal(out) == [older if r is old else r for r in records]  # --resume alone keeps it
+    again = redteam(suite, "--policy", "kernelbench", "--out", out, "--templates", "input,zeros", "--resume",
+                    "--reaudit", "--json", *FAST)
+    report = json.loads(again.stdout.splitlines()[-1])
+    assert report["stale_audits"] == [] and flags_task(report["tasks"]["tiny"]["audit"])
+    after = journal(out)
+    new = after[len(records):]
+    assert [(r["kind"], r["task"]) for r in new] == [("audit", "tiny")]  # the identity task's audit was current
+    assert new[0]["audit_version"] == AUDIT_VERSION and new[0]["at"] > old["at"]
+    assert after[:len(records)] == [older if r is old else r for r in records]
+    for bad, why in ((["--reaudit"], "--reaudit needs"), (["--resume", "--reaudit", "--report-only"], "--reaudit needs"),
+                     (["--audit-lanes", "0"], "--audit-lanes must")):
+        r = redteam(suite, "--out", out, *bad, "--device", "cpu")
         assert r.exit_code == 2 and why in r.output, r.output
 
 

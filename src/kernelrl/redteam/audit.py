@@ -30,6 +30,15 @@ SEVERITIES = ("flag", "note")  # flag: a trivial program solves the task; note: 
 # 71 of 200, `benchmarks/weight_draws.py`) is solved by a constant in those runs, and a residual add of a weighted term
 # that is under the tolerance in some (level2/51 under kernelbench) by the input handed back.
 WEIGHT_DRAWS = 4
+# The audit's checks, numbered: raised whenever a check is added or changed, so that a journal's audits made by an
+# older one can be told apart and done again (`kernelrl redteam --resume --reaudit`). 1: records without the field;
+# 2: `input_passes`, and every check asked again under the other weight draws (strict's first on the exact result).
+VERSION = 2
+
+
+def stale(record: dict) -> bool:
+    """Whether a journalled audit record was made by an older audit than this one."""
+    return record.get("audit_version", 1) < VERSION
 
 
 @dataclass(frozen=True)

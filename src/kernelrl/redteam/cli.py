@@ -37,6 +37,11 @@ def redteam_command(
     resume: bool = typer.Option(False, "--resume", help="keep the work --out's journal holds and do only the rest"),
     redo: List[str] = typer.Option([], "--redo", help="with --resume: drop this task's records (a name as the report "
                                                       "gives it) and do its work again; repeat for several"),
+    reaudit: bool = typer.Option(False, "--reaudit", help="with --resume: audit again the tasks an older audit than "
+                                                          "this kernelrl's audited (the report lists them), keeping "
+                                                          "their verdicts"),
+    audit_lanes: int = typer.Option(1, "--audit-lanes", help="CUDA: tasks audited at once (each holds its reference "
+                                                             "and draws in device memory)"),
     report_only: bool = typer.Option(False, "--report-only", help="judge nothing: write the report of --out's journal "
                                                                   "(a run stopped before it wrote one)"),
     time_limit: Optional[float] = typer.Option(None, help="start no task (and no LLM call) after this many seconds; "
@@ -76,6 +81,8 @@ def redteam_command(
         _fail("--time-limit must be positive")
     if cpu_lanes is not None and cpu_lanes < 1:
         _fail(f"--cpu-lanes must be at least 1, not {cpu_lanes}")
+    if audit_lanes < 1:
+        _fail(f"--audit-lanes must be at least 1, not {audit_lanes}")
     try:
         check_policy(policy)
         chosen = select(templates)
@@ -104,6 +111,8 @@ def redteam_command(
         for r in journal.drop(set(redo)):
             if r.get("case"):
                 shutil.rmtree(out / r["case"], ignore_errors=True)
+    if reaudit and (not resume or report_only):
+        _fail("--reaudit needs --resume (and audits, so not with --report-only)")
     if not resume and not report_only:
         journal.reset()
         shutil.rmtree(out / "cases", ignore_errors=True)
@@ -126,9 +135,9 @@ def redteam_command(
     eval_cfg = EvalConfig(device=devices[0], policy=policy, timeout_s=timeout, build_timeout_s=min(timeout, 240.0),
                           correctness_trials=trials, timing_rounds=rounds, max_timing_rounds=rounds,
                           timing_precision=0.0, calls_per_round=calls)
-    config = RunConfig(eval=eval_cfg, templates=chosen, devices=devices, cpu_lanes=cpu_lanes,
+    config = RunConfig(eval=eval_cfg, templates=chosen, devices=devices, cpu_lanes=cpu_lanes, audit_lanes=audit_lanes,
                        deadline=time.monotonic() + time_limit if time_limit else None)
-    team = RedTeam(config, out, journal, hacker)
+    team = RedTeam(config, out, journal, hacker, reaudit=reaudit)
     try:
         finished = report_only or _run(team, suite.tasks, resume)  # a report-only run: its journal's, below
     finally:
@@ -196,7 +205,10 @@ def _print(summary: dict, console: Console) -> None:
     console.print(t)
     c = summary["counts"]
     console.print(f"{c['tasks']} tasks, {c['judged']} verdicts, {c['holes']} holes ({c['allowed_by_policy']} allowed "
-                  f"by the policy), {c['flagged']} tasks flagged", highlight=False)
+                  f"by the policy), {c['flagged']} tasks flagged"
+                  + (f", {c['stale_audits']} audited by an older audit (--resume --reaudit)"
+                     if c["stale_audits"] else ""),
+                  highlight=False)
 
 
 def _devices(values: list[str]) -> list[str]:

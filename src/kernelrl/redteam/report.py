@@ -9,6 +9,7 @@ import json
 from collections import Counter
 from pathlib import Path
 
+from kernelrl.redteam.audit import stale
 from kernelrl.redteam.journal import key
 from kernelrl.redteam.templates import NO_GAIN, no_gain
 
@@ -22,13 +23,15 @@ def summarise(team, tasks, suite: str = "", note: str = "") -> dict:
     """The report object for `tasks` (SuiteTasks) from `team`'s journal (`run.RedTeam`)."""
     records = team.journal.load()
     names = [t.name for t in team.config.templates]
-    report, flagged, unfinished, timed, unexplained = {}, [], [], [], []
+    report, flagged, unfinished, timed, unexplained, older = {}, [], [], [], [], []
     counts: Counter = Counter()
     for st in tasks:
         audit = records.get(key(team.base(st, "audit")))
         if audit is None:
             unfinished.append(st.name)
             continue
+        if stale(audit):
+            older.append(st.name)
         policy = team.policy(st)
         holes, left = [], False
         for name in names:
@@ -73,11 +76,11 @@ def summarise(team, tasks, suite: str = "", note: str = "") -> dict:
     devices = ", ".join(team.config.devices or (team.config.eval.device,))
     return {"suite": suite, "policy": team.config.eval.policy, "device": devices, "templates": names,
             "tasks": report, "flagged": flagged, "unexplained": unexplained, "unfinished": unfinished,
-            "work_timed": timed,
+            "work_timed": timed, "stale_audits": older,
             "counts": {"tasks": len(tasks), "judged": counts["judged"], "skipped": counts["skipped"],
                        "holes": counts["holes"], "allowed_by_policy": counts["allowed"], "flagged": len(flagged),
                        "unexplained": len(unexplained),
-                       "work_timed": len(timed),
+                       "work_timed": len(timed), "stale_audits": len(older),
                        "llm_attempts": counts["attempts"], "llm_cost_usd": round(counts["cost_usd"], 6)},
             "note": note}
 
@@ -130,6 +133,11 @@ def write(summary: dict, out: Path) -> list[Path]:
     return paths
 
 
+def _names(names: list[str], most: int = 20) -> str:
+    """The first `most` task names, quoted, and an ellipsis where there are more."""
+    return ", ".join(f"`{n}`" for n in names[:most]) + (" ..." if len(names) > most else "")
+
+
 def markdown(s: dict) -> str:
     """The report as a markdown page: counts, one table per template class, a table per task with findings or holes."""
     c = s["counts"]
@@ -145,8 +153,10 @@ def markdown(s: dict) -> str:
     else:
         lines += ["", "No hole outside the tasks the audit flags and the classes the policy allows."]
     if s["unfinished"]:
-        lines += ["", f"Unfinished ({len(s['unfinished'])} tasks, run again with --resume): "
-                      + ", ".join(f"`{n}`" for n in s["unfinished"][:20]) + (" ..." if len(s["unfinished"]) > 20 else "")]
+        lines += ["", f"Unfinished ({len(s['unfinished'])} tasks, run again with --resume): " + _names(s["unfinished"])]
+    if s.get("stale_audits"):
+        lines += ["", f"Audited by an older audit than this kernelrl's ({len(s['stale_audits'])} tasks; run again with "
+                      "--resume --reaudit to audit them anew, their verdicts kept): " + _names(s["stale_audits"])]
     if s.get("note"):
         lines += ["", s["note"]]
     if s.get("work_timed"):

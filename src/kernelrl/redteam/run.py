@@ -18,7 +18,8 @@ import torch
 from kernelrl.bench.suite import SuiteTask
 from kernelrl.evaluate import EvalConfig, Evaluator
 from kernelrl.evaluate.audit import audit as static_audit
-from kernelrl.redteam.audit import Finding, audit_task
+from kernelrl.redteam.audit import VERSION as AUDIT_VERSION
+from kernelrl.redteam.audit import Finding, audit_task, stale
 from kernelrl.redteam.cases import CASES, write_case
 from kernelrl.redteam.journal import Journal, key
 from kernelrl.redteam.probe import Profile, ProbeError, ProbeWorker
@@ -40,6 +41,7 @@ class RunConfig:
     templates: tuple[Template, ...] = TEMPLATES
     lookahead: int = 3
     audits_ahead: int = 2  # CUDA: tasks audited ahead of the one whose templates are queued
+    audit_lanes: int = 1  # CUDA: audits run at once (each holds a task's reference and its draws in device memory)
     deadline: float | None = None
     devices: tuple[str, ...] = ()  # () means the evaluator's device alone
     cpu_lanes: int | None = None
@@ -114,13 +116,15 @@ class RedTeam:
     hacker: object | None = None  # a `kernelrl.redteam.hacker.Hacker`
     on_record: Callable[[dict], None] | None = None
     profiles: dict[str, Profile] = field(default_factory=dict)  # task name -> profile, for the hacker
+    reaudit: bool = False  # audit again the tasks whose journalled audit an older audit made (`audit.stale`)
 
     def run(self, tasks: Sequence[SuiteTask]) -> bool:
         done = self.journal.load()
         finished = True
         # On CUDA the audits run one after another on a thread of their own, `audits_ahead` tasks ahead of the
         # templates; on the CPU, whose cores the timing uses, one thing at a time.
-        ahead = ThreadPoolExecutor(1, thread_name_prefix="audit") if self.config.device_type == "cuda" else None
+        lanes = self.config.audit_lanes
+        ahead = ThreadPoolExecutor(lanes, thread_name_prefix="audit") if self.config.device_type == "cuda" else None
         audits: dict[int, Future] = {}
         with scheduler_for(self.config) as sched:
             # Unjudged jobs the loop goes on past: what keeps every device's pipeline full, and one task's templates
@@ -136,7 +140,7 @@ class RedTeam:
                     jobs = self._meanwhile(early, jobs)
                 audit = early.result() if early is not None else self._audit(st, done)
                 if ahead is not None:
-                    for j in range(i + 1, min(i + 1 + self.config.audits_ahead, len(tasks))):
+                    for j in range(i + 1, min(i + 1 + max(self.config.audits_ahead, lanes), len(tasks))):
                         if j not in audits:
                             audits[j] = ahead.submit(self._audit, tasks[j], done)
                 if audit.get("profile") is None:
@@ -183,17 +187,19 @@ class RedTeam:
     # -- the parts ---------------------------------------------------------------------------------------------
     def _audit(self, st: SuiteTask, done: dict) -> dict:
         record = self.base(st, "audit")
-        if key(record) in done:
-            return done[key(record)]
+        kept = done.get(key(record))
+        if kept is not None and not (self.reaudit and stale(kept)):
+            return kept
         cfg = self.config.eval
         t0 = time.monotonic()
         try:
             with ProbeWorker(st.task, cfg.device, cfg.cache_path, cfg.timeout_s, cfg.confine,
                              cfg.memory_limit_gb) as probe:
                 profile, found = audit_task(st.task, probe, record["policy"])
-            record.update(profile=profile.to_dict(), findings=[f.to_dict() for f in found])
+            record.update(profile=profile.to_dict(), findings=[f.to_dict() for f in found], audit_version=AUDIT_VERSION)
         except ProbeError as e:
-            record.update(profile=None, findings=[Finding("reference_fails", str(e)[:1000]).to_dict()])
+            record.update(profile=None, findings=[Finding("reference_fails", str(e)[:1000]).to_dict()],
+                          audit_version=AUDIT_VERSION)
         # how long it took, and when it ended: on CUDA the next task's templates wait for it
         record.update(seconds=round(time.monotonic() - t0, 3), at=round(time.time(), 3))
         self.record(record)
