@@ -7,7 +7,8 @@
 #   group of 8, judged with --samples all) through `kernelrl bench` with a cold cache into res/throughput_<step>
 #   (corpus.json beside the results, rate.md by kind from benchmarks/bench_runs.py), going on from the results.jsonl
 #   and runs.jsonl in REAL_FROM (GRPO_FROM), if named; no task starts in the step's last DRAIN_S seconds (default 150);
-#   LEVEL="1 2" for some levels; LANE, where copies run side by side (one per GPU), names each one's folder; SRC
+#   LEVEL="1 2" for some levels; EVERY=K gives candidates to every K-th task only (the rest not judged, their
+#   references not timed: a sample over the levels that fits a call); LANE, where copies run side by side (one per GPU), names each one's folder; SRC
 #   names another kernelrl source tree to run (an A/B beside the working tree's, e.g. `git archive` of a commit);
 #   CPU_LANES passes --cpu-lanes, BENCH_ARGS more flags.
 #   scaling: benchmarks/eval_scaling.py on 1 then 2 GPUs through Ray (carry .whl with ray); SCALE_CORPUS=real judges
@@ -112,10 +113,11 @@ with lzma.open(sys.argv[1]) as f, open(sys.argv[2], 'wb') as g: shutil.copyfileo
                from="${step^^}_FROM"; from="${!from:-}"  # REAL_FROM or GRPO_FROM: an earlier slice's folder
                [ -n "$from" ] && [ ! -e "$run/results.jsonl" ] && cp "$from/results.jsonl" "$from/runs.jsonl" "$run/"
                python3 benchmarks/real_corpus.py "${KB:-.kb/suite}" "$corpus" --seed "${SEED:-0}" \
-                 --per-task "$per" && cp "$corpus/corpus.json" "$run/"
+                 --per-task "$per" --every "${EVERY:-1}" && cp "$corpus/corpus.json" "$run/"
                KERNELRL_CACHE=$(mktemp -d) timeout $((STEP_S - 30)) python3 -m kernelrl.cli bench "${KB:-.kb/suite}" \
                  --candidates "$corpus" --device cuda --out "$run" --resume --time-limit $((STEP_S - ${DRAIN_S:-150})) \
                  --samples "$samples" ${CPU_LANES:+--cpu-lanes "$CPU_LANES"} ${BENCH_ARGS:-} \
+                 $([ "${EVERY:-1}" -gt 1 ] && echo --no-time-references) \
                  $(for l in ${LEVEL:-}; do echo --level "$l"; done) 2>&1 | tail -6
                python3 benchmarks/bench_runs.py "$run" --corpus "$run/corpus.json" --out "$run/rate.md" && cat "$run/rate.md";;
     serve_grpo) corpus=$(mktemp -d)

@@ -1,7 +1,7 @@
 """A real-like corpus for a KernelBench suite: for every task, candidates of the kinds LLMs write, each honest and
 correct under the strict policy (float32 math kept accurate, no TF32 or lower precision).
 
-Usage: python benchmarks/real_corpus.py SUITE_DIR OUT_DIR [--per-task 1] [--seed 0] [--level N ...]
+Usage: python benchmarks/real_corpus.py SUITE_DIR OUT_DIR [--per-task 1] [--seed 0] [--level N ...] [--every K]
 
 Every reference named as KernelBench names them (levelN/<id>_<Name>.py) gets `--per-task` candidates, named as
 KernelBench's generation runs name theirs (level_1_problem_12_sample_3_kernel.py, samples 0 to N-1: a group per
@@ -15,7 +15,9 @@ task for `kernelrl bench --samples all`), each of one kind drawn with `--seed`:
 The kind is chosen from the reference's source alone (its AST; no task code runs here): a forward that keeps state
 between calls or waits on the host gets no compile or graph kind, nor one with a loop a compile kind, nor one that
 makes tensors from host data a graph kind; an integer output no kernel kind. Kernels and extensions are named
-after the task and sample, so every build is cold. Writes OUT_DIR/corpus.json: each task's candidates (sample,
+after the task and sample, so every build is cold. `--every K` gives candidates to every K-th task of the suite in
+its order only (the first, the K+1-th, ...): a sample spread over the levels, for a GRPO-shaped run that fits a call
+(judge it with `kernelrl bench --no-time-references`). Writes OUT_DIR/corpus.json: each task's candidates (sample,
 kind, op, file) and the count of each kind.
 """
 from __future__ import annotations
@@ -333,13 +335,13 @@ def candidate(ref: Reference, kind: str, slug: str) -> tuple[str, str]:
         return "plain", plain(ref, slug)
 
 
-def write(suite_dir: Path, out: Path, per_task: int, seed: int, levels: list[str]) -> dict:
-    """Write every task's candidates into `out` and the manifest; returns the manifest."""
+def write(suite_dir: Path, out: Path, per_task: int, seed: int, levels: list[str], every: int = 1) -> dict:
+    """Write every `every`-th task's candidates into `out` and the manifest; returns the manifest."""
     suite = discover(suite_dir)
     suite = select_levels(suite, levels) if levels else suite
     out.mkdir(parents=True, exist_ok=True)
     tasks: dict[str, list[dict]] = {}
-    for st in suite.tasks:
+    for st in suite.tasks[::every]:
         pid, ref = problem_id(Path(st.rel_path).name), read(st.task)
         if pid is None or not st.level.startswith("level") or ref is None:
             print(f"no candidates for {st.rel_path}: not a KernelBench problem with a forward", file=sys.stderr)
@@ -353,7 +355,8 @@ def write(suite_dir: Path, out: Path, per_task: int, seed: int, levels: list[str
             op = (ref.tail_op or COPY).name if kind in ("triton", "cuda") else None
             tasks.setdefault(st.name, []).append({"sample": sample, "kind": kind, "op": op, "file": path.name})
     counts = {k: sum(c["kind"] == k for cs in tasks.values() for c in cs) for k in KINDS}
-    manifest = {"suite": str(suite_dir), "per_task": per_task, "seed": seed, "kinds": counts, "tasks": tasks}
+    manifest = {"suite": str(suite_dir), "per_task": per_task, "seed": seed, "every": every, "kinds": counts,
+                "tasks": tasks}
     (out / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
     return manifest
 
@@ -365,11 +368,12 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--per-task", type=int, default=1, help="candidates per task (8: a GRPO group)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--level", action="append", default=[], help="only this level (repeat for several)")
+    ap.add_argument("--every", type=int, default=1, help="only every K-th task of the suite, in its order")
     args = ap.parse_args(argv)
-    if args.per_task < 1:
-        ap.error("--per-task must be at least 1")
+    if args.per_task < 1 or args.every < 1:
+        ap.error("--per-task and --every must be at least 1")
     try:
-        manifest = write(args.suite, args.out, args.per_task, args.seed, args.level)
+        manifest = write(args.suite, args.out, args.per_task, args.seed, args.level, args.every)
     except SuiteError as e:
         raise SystemExit(f"error: {e}")
     n = sum(len(c) for c in manifest["tasks"].values())

@@ -105,6 +105,17 @@ def test_a_seed_draws_the_same_corpus_again_and_another_seed_another(tmp_path, g
     assert again["tasks"] == manifest["tasks"] and other["tasks"] != manifest["tasks"]
 
 
+def test_every_k_gives_candidates_to_every_k_th_task_of_the_suite_only(tmp_path, groups):
+    _, manifest = groups
+    names = [st.name for st in discover(SUITE).tasks]
+    sparse = generate(tmp_path / "sparse", "--per-task", "8", "--every", "4")
+    assert sorted(sparse["tasks"]) == sorted(names[::4]) and len(sparse["tasks"]) == 2
+    assert all(sparse["tasks"][n] == manifest["tasks"][n] for n in sparse["tasks"])  # the same draws as the whole
+    res = subprocess.run([sys.executable, str(SCRIPT), str(SUITE), str(tmp_path / "bad"), "--every", "0"],
+                         capture_output=True, text=True, timeout=60)
+    assert res.returncode == 2 and "--every" in res.stderr
+
+
 def test_one_candidate_of_each_kind_a_cpu_runs_is_judged_ok(tmp_path, monkeypatch):
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     task = "level2/1_Gemm_Multiply_LeakyReLU"
