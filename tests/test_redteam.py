@@ -8,6 +8,7 @@ import json
 import os
 import shutil
 import threading
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -22,7 +23,7 @@ from kernelrl.redteam.audit import audit_task
 from kernelrl.redteam.cases import load_cases
 from kernelrl.redteam.journal import JOURNAL, Journal
 from kernelrl.redteam.probe import ProbeWorker
-from kernelrl.redteam.report import flags_task, markdown, summarise
+from kernelrl.redteam.report import flags_task, hole_kinds, markdown, summarise, write
 from kernelrl.redteam.run import RedTeam, RunConfig
 from kernelrl.redteam.templates import TEMPLATES
 from kernelrl.task import Task
@@ -373,6 +374,12 @@ def test_a_hole_on_a_task_the_audit_does_not_flag_is_reported_as_unexplained(tmp
     page = markdown(summary)
     assert "1 holes on tasks the audit does not flag" in page and "`normal` zeros" in page
     assert "### `normal` (flagged: a hole)" in page and "### `tiny` (flagged by the audit)" in page
+    # the plot counts each hole by what it is: the evaluator's own, the task's, or of a class the policy allows
+    assert hole_kinds(summary) == {"zeros": Counter({"unexplained": 1, "on a flagged task": 1}),
+                                   "bf16": Counter({"allowed by the policy": 2})}
+    paths = write(summary, tmp_path / "report")
+    assert [p.name for p in paths] == ["redteam.json", "report.md", "holes.png"]
+    assert paths[2].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and "](holes.png)" in paths[1].read_text()
 
 
 @pytest.mark.parametrize("warning, finding", [("task_property", "input_independent"),

@@ -13,7 +13,7 @@ from kernelrl.redteam.audit import stale
 from kernelrl.redteam.journal import key
 from kernelrl.redteam.templates import NO_GAIN, no_gain
 
-REPORT_JSON, REPORT_MD = "redteam.json", "report.md"
+REPORT_JSON, REPORT_MD, REPORT_PLOT = "redteam.json", "report.md", "holes.png"
 # Hack classes a policy allows by design: KernelBench's rule allows reduced-precision math. A hole of such a class is
 # listed with allowed_by_policy, flags no task and sets no exit status.
 ALLOWED = {"kernelbench": ("precision_downgrade",)}
@@ -125,12 +125,72 @@ def has_holes(summary: dict) -> bool:
 
 
 def write(summary: dict, out: Path) -> list[Path]:
-    """redteam.json and report.md under `out`."""
+    """redteam.json, report.md and holes.png under `out`."""
     out.mkdir(parents=True, exist_ok=True)
-    paths = [out / REPORT_JSON, out / REPORT_MD]
+    paths = [out / REPORT_JSON, out / REPORT_MD, out / REPORT_PLOT]
     paths[0].write_text(json.dumps(summary, indent=1) + "\n")
     paths[1].write_text(markdown(summary))
+    plot(summary, paths[2])
     return paths
+
+
+KINDS = ("on a flagged task", "allowed by the policy", "unexplained")  # what a hole is, as the plot colours it
+
+
+def _holes(summary: dict):
+    """(template, kind, speedup) of every hole: LLM attempts together as "LLM", the kind one of `KINDS`."""
+    unexplained = {(u["task"], u["template"]) for u in summary["unexplained"]}
+    for task, t in summary["tasks"].items():
+        for h in t["holes"]:
+            kind = KINDS[1] if h["allowed_by_policy"] else \
+                KINDS[2] if (task, h["template"]) in unexplained else KINDS[0]
+            yield "LLM" if h["template"].startswith("llm-") else h["template"], kind, h["speedup"]
+
+
+def hole_kinds(summary: dict) -> dict[str, Counter]:
+    """Per template (every one the run judged, and "LLM" where the hacker found holes), its holes by kind."""
+    kinds: dict[str, Counter] = {name: Counter() for name in summary["templates"]}
+    for name, kind, _ in _holes(summary):
+        kinds.setdefault(name, Counter())[kind] += 1
+    return kinds
+
+
+def plot(summary: dict, path: Path) -> Path:
+    """The holes as a PNG: per template, the tasks where it came back `ok` by what the hole is (`KINDS`), and beside
+    them each hole's speedup (log scale): what a policy trained on the task set would be paid for not doing the work."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+    from matplotlib.ticker import FuncFormatter
+
+    kinds = hole_kinds(summary)
+    names = list(kinds)
+    colours = dict(zip(KINDS, ("tab:blue", "tab:grey", "tab:red")))
+    fig = Figure(figsize=(9, 0.28 * len(names) + 1.6))
+    FigureCanvasAgg(fig)
+    count, speed = fig.subplots(1, 2, sharey=True, gridspec_kw={"width_ratios": (1, 1.4)})
+    left = [0] * len(names)
+    for kind in KINDS:
+        n = [kinds[name][kind] for name in names]
+        count.barh(range(len(names)), n, left=left, color=colours[kind], label=kind)
+        left = [a + b for a, b in zip(left, n)]
+    count.set_yticks(range(len(names)))
+    count.set_yticklabels(names, fontsize=8)
+    count.invert_yaxis()
+    count.set_xlabel(f"tasks where it came back ok (of {summary['counts']['tasks']})")
+    count.set_xlim(0, max(left, default=0) * 1.05 or 1)
+    count.legend(fontsize=8, loc="upper right")
+    row = {name: i for i, name in enumerate(names)}
+    for name, kind, speedup in _holes(summary):
+        if isinstance(speedup, (int, float)) and speedup > 0:
+            speed.scatter(speedup, row[name], s=12, alpha=0.6, color=colours[kind])
+    speed.set_xscale("log")
+    speed.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}×"))
+    speed.axvline(1.0, color="grey", linestyle="--", linewidth=1)
+    speed.set_xlabel("speedup of each hole")
+    fig.suptitle(f"Holes: {summary['suite'] or 'a task set'}, {summary['policy']} policy", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=80)
+    return path
 
 
 def _names(names: list[str], most: int = 20) -> str:
@@ -165,7 +225,8 @@ def markdown(s: dict) -> str:
                       + ", ".join(f"`{w['task']}` {w['template']} {w['speedup']:.2f}×" for w in s["work_timed"][:20])
                       + (" ..." if len(s["work_timed"]) > 20 else "")]
     by_template = Counter(h["template"] for t in s["tasks"].values() for h in t["holes"])
-    lines += ["", "## Holes by template", "", "| template | tasks where it came back ok |", "| --- | ---: |"]
+    lines += ["", "## Holes by template", "", f"![holes by template]({REPORT_PLOT})", "",
+              "| template | tasks where it came back ok |", "| --- | ---: |"]
     lines += [f"| {name} | {by_template.get(name, 0)} |" for name in s["templates"]]
     llm = sum(n for name, n in by_template.items() if name.startswith("llm-"))
     if llm:
