@@ -56,12 +56,8 @@ class TimedRounds:
         speedup's relative standard error)."""
         cfg = self.config
         compiled = cfg.compare_compile if compiled is None else compiled
-        acc = rounds if rounds is not None else {}
-        keys = ("ref_s", "ref_w", "cand_s", "cand_w", "comp_s", "quiet", "ref_r", "cand_r")  # ref_r: round medians
-        ref_s, ref_w, cand_s, cand_w, comp_s, quiet, ref_r, cand_r = (acc.setdefault(k, []) for k in keys)
-        seed = acc.setdefault("seed", secrets.randbits(62))  # one base input set; each timed call draws fresh inputs
-        # calls and warm-up of a round (`_round_for`): from the reference's trials, then its first round's times
-        shape = acc.setdefault("shape", self._round_for(first["ref_call_us"]) if first.get("ref_call_us") else {})
+        acc = self._rounds(rounds if rounds is not None else {}, first)
+        ref_r, cand_r, comp_s, seed, shape = (acc[k] for k in ("ref_r", "cand_r", "comp_s", "seed", "shape"))
         for r in range(len(ref_r), min(most or self._round_limit(), self._round_limit())):
             if self._precise_enough(ref_r, cand_r, precision, least):
                 break
@@ -70,64 +66,90 @@ class TimedRounds:
             got = {}
             for who in order:
                 if who == "ref":
-                    got["ref"] = ref.request(op, left())
-                    if got["ref"][0].get("type") == "error" or got["ref"][0].get("problem"):
-                        raise EvaluationError(f"{task.name}: the reference failed while being timed")
+                    got["ref"] = self._reference_round(task, ref, op, left)
                 else:
                     got["cand"] = self._ask(cand, op, left(), f"timing round {r + 1}")
-            (rh, rt), (ch, ct) = got["ref"], got["cand"]
-            if ch.get("problem"):
-                self._trial_problem(ch, flags, r)
-                raise Aborted({"status": "incorrect", "message": ch["problem"], "flags": flags})
+            self._eager_round(task, r, got["ref"], got["cand"], first, flags, acc)
             if compiled:
                 comp_s += ref.request(dict(op, compiled=True), left())[0]["times_us"]
-            bad = self._check_samples(task, rt, ct, first)
-            if bad and ch.get("threads_running", 0) > 0:  # the runtime evidence names the cause
-                flags.append(Flag("timed_outputs", f"round {r + 1}: {bad} while {ch['threads_running']} Python "
-                                                   "thread(s) the candidate started were still running after its "
-                                                   "calls returned (work finished behind the caller's back)",
-                                  hack="background_thread"))
-            elif bad:
-                flags.append(Flag("timed_outputs", f"round {r + 1}: {bad} (work cached, replayed, deferred "
-                                                   "or skipped while being timed)", hack="result_replay"))
-                self._incorrect_message = f"outputs of timed calls are wrong: {bad}"
-                raise Aborted({"status": "rejected", "flags": flags,
-                                "message": f"outputs of timed calls are wrong: {bad}"})
-            if ch.get("state_changed") and rh.get("state_changed"):  # the task carries state between calls
-                if not any(f.check == "state" for f in flags):
-                    flags.append(Flag("state", f"the program changed {', '.join(ch['state_changed'][:6])} during "
-                                               "timed calls, as the reference changes "
-                                               f"{', '.join(rh['state_changed'][:6])}: the task carries state "
-                                               "between calls; timed outputs are checked as always", severity="warn"))
-            elif ch.get("state_changed"):
-                flags.append(Flag("state", f"round {r + 1}: the program changed {', '.join(ch['state_changed'][:6])} "
-                                           "during timed calls: state carried between calls can replay results",
-                                  hack="result_replay"))
-            if self._behind(ch) and not any(f.check == "thread_work" for f in flags):
-                flags.append(Flag("thread_work", f"round {r + 1}: threads the candidate started were still running "
-                                                 f"after its call returned: {ch['behind_us']:.0f} us of CPU work "
-                                                 f"behind the caller's back, beside a call timed at "
-                                                 f"{ch['behind_call_us']:.0f} us", hack="background_thread"))
-            if ch.get("threads_grew", 0) > 0:
-                flags.append(Flag("threads", f"round {r + 1}: {ch['threads_grew']} new Python thread(s) "
-                                             "while being timed", hack="background_thread"))
-            self._add_round(task, ref_r, cand_r, rh, ch)
-            if r == 0:
-                shape.update(self._round_for(ref_r[-1]))
-            ref_s += rh["times_us"]
-            ref_w += rh["wall_us"]
-            cand_s += ch["times_us"]
-            cand_w += ch["wall_us"]
-            quiet += ch["quiesce_us"]
-        cand_t = Timing.from_samples(cand_s, self._method(), cand_w, cand_r)
+        return self._eager_timings(acc, flags)
+
+    def _rounds(self, acc: dict, first) -> dict:
+        """`acc` made ready to hold a job's eager timing rounds (`_timing`), where it does not already."""
+        for k in ("ref_s", "ref_w", "cand_s", "cand_w", "comp_s", "quiet", "ref_r", "cand_r"):  # ref_r: round medians
+            acc.setdefault(k, [])
+        acc.setdefault("seed", secrets.randbits(62))  # one base input set; each timed call draws fresh inputs
+        # calls and warm-up of a round (`_round_for`): from the reference's trials, then its first round's times
+        acc.setdefault("shape", self._round_for(first["ref_call_us"]) if first.get("ref_call_us") else {})
+        return acc
+
+    def _reference_round(self, task, ref, op: dict, left):
+        """The reference's reply to a round of timed calls; raises EvaluationError where it fails."""
+        rh, rt = ref.request(op, left())
+        if rh.get("type") == "error" or rh.get("problem"):
+            raise EvaluationError(f"{task.name}: the reference failed while being timed")
+        return rh, rt
+
+    def _eager_round(self, task, r: int, ref_reply, cand_reply, first, flags, acc: dict) -> None:
+        """Check a timing round's candidate reply against the reference's (its outputs, its threads, its state;
+        raises Aborted where they refuse it) and add the round to `acc` (`_timing`'s rounds)."""
+        (rh, rt), (ch, ct) = ref_reply, cand_reply
+        if ch.get("problem"):
+            self._trial_problem(ch, flags, r)
+            raise Aborted({"status": "incorrect", "message": ch["problem"], "flags": flags})
+        bad = self._check_samples(task, rt, ct, first)
+        if bad and ch.get("threads_running", 0) > 0:  # the runtime evidence names the cause
+            flags.append(Flag("timed_outputs", f"round {r + 1}: {bad} while {ch['threads_running']} Python "
+                                               "thread(s) the candidate started were still running after its "
+                                               "calls returned (work finished behind the caller's back)",
+                              hack="background_thread"))
+        elif bad:
+            flags.append(Flag("timed_outputs", f"round {r + 1}: {bad} (work cached, replayed, deferred "
+                                               "or skipped while being timed)", hack="result_replay"))
+            self._incorrect_message = f"outputs of timed calls are wrong: {bad}"
+            raise Aborted({"status": "rejected", "flags": flags,
+                            "message": f"outputs of timed calls are wrong: {bad}"})
+        if ch.get("state_changed") and rh.get("state_changed"):  # the task carries state between calls
+            if not any(f.check == "state" for f in flags):
+                flags.append(Flag("state", f"the program changed {', '.join(ch['state_changed'][:6])} during "
+                                           "timed calls, as the reference changes "
+                                           f"{', '.join(rh['state_changed'][:6])}: the task carries state "
+                                           "between calls; timed outputs are checked as always", severity="warn"))
+        elif ch.get("state_changed"):
+            flags.append(Flag("state", f"round {r + 1}: the program changed {', '.join(ch['state_changed'][:6])} "
+                                       "during timed calls: state carried between calls can replay results",
+                              hack="result_replay"))
+        if self._behind(ch) and not any(f.check == "thread_work" for f in flags):
+            flags.append(Flag("thread_work", f"round {r + 1}: threads the candidate started were still running "
+                                             f"after its call returned: {ch['behind_us']:.0f} us of CPU work "
+                                             f"behind the caller's back, beside a call timed at "
+                                             f"{ch['behind_call_us']:.0f} us", hack="background_thread"))
+        if ch.get("threads_grew", 0) > 0:
+            flags.append(Flag("threads", f"round {r + 1}: {ch['threads_grew']} new Python thread(s) "
+                                         "while being timed", hack="background_thread"))
+        self._add_round(task, acc["ref_r"], acc["cand_r"], rh, ch)
+        if len(acc["ref_r"]) == 1:
+            acc["shape"].update(self._round_for(acc["ref_r"][-1]))
+        acc["ref_s"] += rh["times_us"]
+        acc["ref_w"] += rh["wall_us"]
+        acc["cand_s"] += ch["times_us"]
+        acc["cand_w"] += ch["wall_us"]
+        acc["quiet"] += ch["quiesce_us"]
+
+    def _eager_timings(self, acc: dict, flags):
+        """(reference, candidate, compiled reference timings, the speedup's relative standard error) of `acc`'s
+        rounds; a candidate whose device stayed busy after its stream finished is flagged (`side_stream`)."""
+        cand_t = Timing.from_samples(acc["cand_s"], self._method(), acc["cand_w"], acc["cand_r"])
         if self.device.type == "cuda":
-            q = statistics.median(quiet)
+            q = statistics.median(acc["quiet"])
             if q > 40.0 + 0.25 * cand_t.median_us:
                 flags.append(Flag("side_stream", f"the device was still busy {q:.0f} µs (median) after the "
                                                  f"candidate's stream finished ({cand_t.median_us:.0f} µs): work "
                                                  "was launched on another stream", hack="side_stream"))
-        return (Timing.from_samples(ref_s, self._method(), ref_w, ref_r), cand_t,
-                Timing.from_samples(comp_s, self._method()) if comp_s else None, _relative_stderr(ref_r, cand_r))
+        comp_s = acc["comp_s"]
+        return (Timing.from_samples(acc["ref_s"], self._method(), acc["ref_w"], acc["ref_r"]), cand_t,
+                Timing.from_samples(comp_s, self._method()) if comp_s else None,
+                _relative_stderr(acc["ref_r"], acc["cand_r"]))
 
     def _round_limit(self) -> int:
         """How many timing rounds a job may take in all (`_timing` resumes its rounds up to this)."""
@@ -160,13 +182,12 @@ class TimedRounds:
         With `compare_compile`, the torch.compile'd reference is replayed too (its time is None when it
         cannot be captured)."""
         cfg = self.config
-        ref_s, cand_s, comp_s, ref_r, cand_r = [], [], [], [], []
+        acc = {"ref_s": [], "cand_s": [], "ref_r": [], "cand_r": []}
+        comp_s = []
         compiled = cfg.compare_compile if compiled is None else compiled
         seed = secrets.randbits(62)
-        # at least graph_rounds, or the fixed rounds that a timing_precision of 0 asks for
-        least = min(cfg.graph_rounds, cfg.timing_rounds) if cfg.timing_precision > 0 else cfg.timing_rounds
         for r in range(self._round_limit()):
-            if self._precise_enough(ref_r, cand_r, least=least):
+            if self._precise_enough(acc["ref_r"], acc["cand_r"], least=self._graph_least()):
                 break
             op = self._time_op(seed, kind="graph", **shape)
             if r % 2 == 0:
@@ -175,21 +196,8 @@ class TimedRounds:
             else:
                 ch, ct = self._ask(cand, op, left(), "graph replay")
                 rh, rt = ref.request(op, left())
-            if rh.get("type") == "error":
-                rh = {"unavailable": rh.get("message", "error")}
-            if rh.get("unavailable") or ch.get("unavailable"):
-                who = "reference" if rh.get("unavailable") else "candidate"
-                if self._current is not None:  # its process may compute wrong results after a failed capture
-                    self._current.uncaptured = who
-                flags.append(Flag("cuda_graph", f"graph replay not timed (the {who}): "
-                                                f"{rh.get('unavailable') or ch.get('unavailable')}; the speedup is "
-                                                "per-call latency", severity="warn"))
+            if not self._graph_round(task, r, (rh, rt), (ch, ct), first, flags, acc):
                 return {}
-            bad = self._check_samples(task, rt, ct, first)
-            if bad:
-                flags.append(Flag("timed_outputs", f"graph replay round {r + 1}: {bad}", hack="result_replay"))
-                raise Aborted({"status": "rejected", "flags": flags,
-                                "message": f"outputs of replayed calls are wrong: {bad}"})
             if compiled:
                 kh, _ = ref.request(dict(op, compiled=True), left())
                 if kh.get("unavailable") or kh.get("type") == "error":
@@ -199,13 +207,44 @@ class TimedRounds:
                     compiled, comp_s = False, []
                 else:
                     comp_s += kh["times_us"]
-            self._add_round(task, ref_r, cand_r, rh, ch)
-            ref_s += rh["times_us"]
-            cand_s += ch["times_us"]
-        rg = Timing.from_samples(ref_s, "cuda_graph", rounds_us=ref_r)
-        cg = Timing.from_samples(cand_s, "cuda_graph", rounds_us=cand_r)
+        return self._graph_timings(acc, comp_s)
+
+    def _graph_least(self) -> int:
+        """The fewest graph-replay rounds: `graph_rounds`, or the fixed rounds a timing_precision of 0 asks for."""
+        cfg = self.config
+        return min(cfg.graph_rounds, cfg.timing_rounds) if cfg.timing_precision > 0 else cfg.timing_rounds
+
+    def _graph_round(self, task, r: int, ref_reply, cand_reply, first, flags, acc: dict) -> bool:
+        """Check a graph-replay round's candidate reply against the reference's (raises Aborted where its outputs
+        refuse it) and add the round to `acc`; False, flagged, where either program could not be replayed."""
+        (rh, rt), (ch, ct) = ref_reply, cand_reply
+        if rh.get("type") == "error":
+            rh = {"unavailable": rh.get("message", "error")}
+        if rh.get("unavailable") or ch.get("unavailable"):
+            who = "reference" if rh.get("unavailable") else "candidate"
+            if self._current is not None:  # its process may compute wrong results after a failed capture
+                self._current.uncaptured = who
+            flags.append(Flag("cuda_graph", f"graph replay not timed (the {who}): "
+                                            f"{rh.get('unavailable') or ch.get('unavailable')}; the speedup is "
+                                            "per-call latency", severity="warn"))
+            return False
+        bad = self._check_samples(task, rt, ct, first)
+        if bad:
+            flags.append(Flag("timed_outputs", f"graph replay round {r + 1}: {bad}", hack="result_replay"))
+            raise Aborted({"status": "rejected", "flags": flags,
+                            "message": f"outputs of replayed calls are wrong: {bad}"})
+        self._add_round(task, acc["ref_r"], acc["cand_r"], rh, ch)
+        acc["ref_s"] += rh["times_us"]
+        acc["cand_s"] += ch["times_us"]
+        return True
+
+    @staticmethod
+    def _graph_timings(acc: dict, comp_s: list | None = None) -> dict:
+        """The graph-replay fields of a Verdict from `acc`'s rounds (`_graphs`)."""
+        rg = Timing.from_samples(acc["ref_s"], "cuda_graph", rounds_us=acc["ref_r"])
+        cg = Timing.from_samples(acc["cand_s"], "cuda_graph", rounds_us=acc["cand_r"])
         return {"reference_graph": rg, "candidate_graph": cg, "graph_speedup": _ratio(rg, cg),
-                "graph_stderr": _relative_stderr(ref_r, cand_r),
+                "graph_stderr": _relative_stderr(acc["ref_r"], acc["cand_r"]),
                 "reference_compiled_graph": Timing.from_samples(comp_s, "cuda_graph") if comp_s else None}
 
     BEHIND_FLOOR_US = 100.0  # an idle thread pool's bookkeeping after a call is a few tens of us of CPU
