@@ -248,7 +248,8 @@ def test_a_runs_line_rates_judged_tasks_only_and_counts_missing_and_invalid_cand
     assert "kernelbench_rule" not in line  # a strict run
 
 
-def test_every_sample_of_a_group_is_judged_in_order_and_resumed_by_its_own_key(tmp_path):
+@pytest.mark.parametrize("group", [1, 3])
+def test_every_sample_of_a_group_is_judged_in_order_and_resumed_by_its_own_key(tmp_path, group):
     (tmp_path / "suite" / "level1").mkdir(parents=True)
     shutil.copy(DATA / "suite" / "level1" / "softsign.py", tmp_path / "suite" / "level1" / "1_Softsign.py")
     wrong = SOFTSIGN_CAND.replace("1 + x.abs()", "2 + x.abs()")
@@ -257,7 +258,7 @@ def test_every_sample_of_a_group_is_judged_in_order_and_resumed_by_its_own_key(t
         (tmp_path / "run" / f"level_1_problem_1_sample_{sample}_kernel.py").write_text(source)
     out = tmp_path / "out"
     args = [str(tmp_path / "suite"), "--candidates", str(tmp_path / "run"), "--samples", "all", "--json", "--out",
-            str(out), "--no-time-references", "--cache-dir", str(tmp_path / "cache")]
+            str(out), "--no-time-references", "--cache-dir", str(tmp_path / "cache"), "--group", str(group)]
     res = _bench(*args)
     assert res.exit_code == 0, res.output
     summary = json.loads(res.stdout.strip().splitlines()[-1])
@@ -265,7 +266,7 @@ def test_every_sample_of_a_group_is_judged_in_order_and_resumed_by_its_own_key(t
         ("level1/1_Softsign", 0, "ok"), ("level1/1_Softsign", 1, "incorrect"), ("level1/1_Softsign", 2, "ok")]
     assert (summary["total"], summary["best_of_samples"]["total"], summary["best_of_samples"]["correct"]) == (3, 1, 1)
     [line] = [json.loads(x) for x in (out / "runs.jsonl").read_text().splitlines()]
-    assert (line["tasks"], line["candidates"], line["judged"]) == (1, 3, 3)
+    assert (line["tasks"], line["candidates"], line["judged"]) == (1, 3, 3) and line.get("group", 1) == group
     again = _bench(*args, "--resume")
     assert again.exit_code == 0, again.output
     assert "resuming: 3 of 3 tasks already finished" in again.output

@@ -178,7 +178,7 @@ def test_a_parked_worker_is_stopped_while_the_device_is_held_alone_and_goes_on_a
             self.proc = subprocess.Popen([sys.executable, "-c", "import time\nwhile True: time.sleep(0.005)"],
                                          start_new_session=True)
 
-        pause = Worker.pause
+        pause, _stopped, STOP_WAIT_S = Worker.pause, Worker._stopped, Worker.STOP_WAIT_S
 
     def stopped(w, want: bool) -> bool:
         end = time.monotonic() + 5
@@ -195,9 +195,9 @@ def test_a_parked_worker_is_stopped_while_the_device_is_held_alone_and_goes_on_a
         stage.hold(shared=True)
         assert stopped(a, False)
         stage.to_exclusive()  # timing
-        assert stopped(a, True)
+        assert _state(a.proc.pid) == "T"  # stopped before the hold is given: nothing of it runs while timed
         lock.park(b)  # prepared while the device is timed: stopped at once
-        assert stopped(b, True)
+        assert _state(b.proc.pid) == "T"
         stage.let_go()
         assert stopped(a, False) and stopped(b, False)
         with lock.exclusive():

@@ -67,6 +67,9 @@ def bench_command(
     cpu_lanes: Optional[int] = typer.Option(None, "--cpu-lanes", help="jobs prepared at once (workers started, "
                                             "candidates built) for the devices to judge (default: three of every "
                                             "four cores this process may use, at most 12 a device)"),
+    group: int = typer.Option(1, "--group", help="judge up to this many prepared candidates of one task together "
+                                                "(with --samples all: a GRPO group), the reference timed once a "
+                                                "round beside each of them"),
     exclude_flagged: Optional[Path] = typer.Option(None, "--exclude-flagged", help="drop the tasks a `kernelrl "
                                                    "redteam` report of this folder (its redteam.json) flagged"),
 ):
@@ -89,6 +92,8 @@ def bench_command(
         _fail(f"--cpu-lanes must be at least 1, not {cpu_lanes}")
     if cpu_lanes is not None and ray is not None:
         _fail("--cpu-lanes sets this machine's lanes; with --ray each GPU's actor sets its own: leave one out")
+    if group < 1 or (group > 1 and ray is not None):
+        _fail(f"--group must be at least 1, and 1 with --ray (each GPU's actor judges alone), not {group}")
     if time_limit is not None and time_limit <= 0:
         _fail("--time-limit must be positive")
     if resume and out is None:
@@ -123,7 +128,8 @@ def bench_command(
         err.print(f"resuming: {len(suite.tasks) - len(todo)} of {len(suite.tasks)} tasks already finished in "
                   f"{log.path}", highlight=False)
     config = BenchConfig(devices=devices, baseline=baseline, eval=eval_cfg, time_references=references,
-                         compiled_references=compiled_references, use_cache=not fresh, ray=ray, cpu_lanes=cpu_lanes)
+                         compiled_references=compiled_references, use_cache=not fresh, ray=ray, cpu_lanes=cpu_lanes,
+                         group=group)
     cache = BaselineCache(eval_cfg.cache_path / "bench" / "baselines.sqlite")
     with Progress(TextColumn("[bold]bench[/]"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   TextColumn("{task.fields[load]}"), TextColumn("{task.description}"), console=err,
@@ -157,6 +163,8 @@ def bench_command(
             fresh_results, interrupted = list(finished), True
     if out is not None and fresh_results:
         record = run_record(started, time.monotonic() - t0, fresh_results, seen[0].device_busy if seen else {})
+        if group > 1:
+            record["group"] = group
         append_run(out, dict(record, interrupted=True) if interrupted else record)
     if len(fresh_results) < len(todo):
         err.print(f"[yellow]time limit:[/] {len(todo) - len(fresh_results)} tasks not started; run again with "

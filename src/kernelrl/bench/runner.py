@@ -29,6 +29,7 @@ class BenchConfig:
     lookahead: int = 3                   # jobs prepared (workers started, builds done) ahead of each device
     ray: str | None = None               # "auto" or a Ray cluster's address: its GPUs instead of `devices`
     cpu_lanes: int | None = None         # jobs prepared at once on this machine (LocalScheduler's cpu_workers)
+    group: int = 1                       # candidates of one task judged together (LocalScheduler's group)
 
     def __post_init__(self):
         if self.baseline not in BASELINES:
@@ -37,6 +38,8 @@ class BenchConfig:
             raise ValueError("no devices to run on")
         if self.cpu_lanes is not None and self.ray:
             raise ValueError("cpu_lanes sets this machine's lanes; on Ray each GPU's actor sets its own")
+        if self.group < 1 or (self.group > 1 and self.ray):
+            raise ValueError(f"group must be at least 1 (and 1 on Ray), not {self.group}")
 
 
 def run_suite(suite: Suite, config: BenchConfig, cache: BaselineCache | None = None,
@@ -63,6 +66,8 @@ def run_suite(suite: Suite, config: BenchConfig, cache: BaselineCache | None = N
     todo = iter(enumerate(suite.tasks))
     stopped = threading.Event()  # set once the caller stops the run
     lanes = {"cpu_workers": config.cpu_lanes} if config.cpu_lanes else {}
+    if config.group > 1:
+        lanes["group"] = config.group
     with make_scheduler(config.eval, config.devices, ray=config.ray, lookahead=config.lookahead, **lanes) as scheduler:
         ev = _Scheduled(scheduler, config)
         env = environment_key(config.devices[0], config.eval) if not config.ray else ""  # no cache with Ray

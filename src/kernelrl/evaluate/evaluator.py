@@ -26,6 +26,7 @@ from kernelrl.evaluate.trials import Trials
 from kernelrl.evaluate.timing import TimedRounds, _ratio, close_fresh, drop_fresh
 from kernelrl.evaluate.integrity import Integrity, _static_flags, _under_policy
 from kernelrl.evaluate.gpulock import device_lock
+from kernelrl.evaluate.group import GroupTiming
 
 __all__ = ["HARNESS", "EvaluationError", "Evaluator", "Prepared", "check_device"]
 
@@ -63,11 +64,12 @@ def check_device(device: str) -> torch.device:
     return dev
 
 
-class Evaluator(CandidateWorkers, ReferencePool, Trials, TimedRounds, Integrity):
+class Evaluator(CandidateWorkers, ReferencePool, Trials, TimedRounds, Integrity, GroupTiming):
     """Judges candidates on one device. `prepare` (CPU stage) is thread-safe and may run for many candidates at
-    once; `judge` (GPU stage) and `time_reference` are serialised; use one Evaluator per device. One job in order:
-    its reference (`refpool`), its candidate's worker and build (`candidates`), correctness (`trials`), timing
-    (`timing`), the integrity report (`integrity`), then the Verdict (here)."""
+    once; `judge` (GPU stage), `judge_group` and `time_reference` are serialised; use one Evaluator per device. One job
+    in order: its reference (`refpool`), its candidate's worker and build (`candidates`), correctness (`trials`),
+    timing (`timing`), the integrity report (`integrity`), then the Verdict (here); candidates of one task may share
+    their timing rounds (`group`)."""
 
     def __init__(self, config: EvalConfig | None = None, max_reference_workers: int = 2):
         self.config = config or EvalConfig()
@@ -227,33 +229,53 @@ class Evaluator(CandidateWorkers, ReferencePool, Trials, TimedRounds, Integrity)
                 self.let_go(prepared.state)
 
     def _judge(self, p: Prepared) -> Verdict:
-        task, candidate = p.task, p.candidate
         start = time.monotonic()
         self._stage.hold(shared=self._shares(p.state))  # correctness beside other untimed work, or alone
+        self._open(p, start)
+        try:
+            kw = self._untimed(p)
+            if kw is None:
+                self._stage.to_exclusive()  # nothing else runs on the device while the programs are timed
+                p.phases.mark("alone")
+                self._before_timing(p)
+                kw = self._timed(p)
+        except Aborted as a:
+            kw = self._cut(a, p)
+        finally:
+            self._finish(p, in_stage=True)
+        return self._verdict(p, kw)
+
+    # The state of the evaluation under way, which its parts read and set (`_as` swaps it between jobs judged
+    # together).
+    PER_JOB = ("_phases", "_current", "_incorrect_message", "_policy", "_beyond_strict", "_slack", "_loose_exact",
+               "_accurate")
+
+    def _open(self, p: Prepared, start: float) -> None:
+        """Start a job's GPU stage (begun at `start`, the device held since): its worker continued, the wait before it
+        marked, its time limit (`p.left`, the wait between the stages not counted) and the evaluation's state set
+        up."""
         if p.cand is not None:
             self._gpu.unpark(p.cand)
         p.phases.mark("waited")
-        waited = p.phases.seen["waited"]
+        p.left = self._left(start + self.config.timeout_s - (p.ready - p.t0))
         self._phases = p.phases
         self._current = p
         self._incorrect_message = ""  # set by the comparison that fails, for this evaluation only
-        self._policy = self.config.policy_for(task.meta)
+        self._policy = self.config.policy_for(p.task.meta)
         self._beyond_strict = ""  # set when outputs pass only the kernelbench policy's tolerance
         self._slack = ""  # set when outputs pass KernelBench's rule only by its absolute atol
         self._loose_exact = ""  # set when the exact-result test passed outputs with zeros inside its bound
         self._accurate = {}  # output index -> relative L2 distance from the reference of outputs found accurate
+
+    def _cut(self, a: Aborted, p: Prepared) -> dict:
+        """Verdict fields of a job cut short (`_aborted`); in the GPU stage its time so far is the phase it was in."""
+        if p.aborted is None:
+            p.phases.mark(_in_progress(p.phases.seen))
+        return self._aborted(a, p)
+
+    def _verdict(self, p: Prepared, kw: dict) -> Verdict:
+        """The Verdict of a judged job from its fields `kw`, with its static flags."""
         static = [_under_policy(f, self._policy) for f in p.static]
-        try:
-            if p.aborted is not None:
-                raise p.aborted
-            # The wait between the stages does not count against the evaluation's time limit.
-            kw = self._evaluate(p, self._left(start + self.config.timeout_s - (p.ready - p.t0)))
-        except Aborted as a:
-            if p.aborted is None:  # cut short in the GPU stage: its time so far is the phase it was in
-                p.phases.mark(_in_progress(p.phases.seen))
-            kw = self._aborted(a, p)
-        finally:
-            self._finish(p, in_stage=True)
         if p.state.get("mutates"):
             static = [Flag(f.check, f.message + " (the reference writes into its inputs too)", f.hack, "warn")
                       if f.hack == "input_mutation" else f for f in static]
@@ -268,9 +290,9 @@ class Evaluator(CandidateWorkers, ReferencePool, Trials, TimedRounds, Integrity)
         if status == "rejected" and not kw.get("message"):
             kw["message"] = "; ".join(f"{f.hack or f.check}: {f.message}" for f in flags
                                       if f.severity == "reject")[:2000]
-        return Verdict(status=status, task=task.name, candidate=candidate.digest, device=str(self.device),
-                       flags=flags, seconds=time.monotonic() - p.t0 - waited, phases=self._phases.done(),
-                       policy=self._policy, **kw)
+        return Verdict(status=status, task=p.task.name, candidate=p.candidate.digest, device=str(self.device),
+                       flags=flags, seconds=time.monotonic() - p.t0 - p.phases.seen["waited"],
+                       phases=self._phases.done(), policy=self._policy, **kw)
 
     def _left(self, deadline: float):
         """A function of an optional cap: seconds left before `deadline`; raises Aborted (timeout) when none."""
@@ -305,10 +327,13 @@ class Evaluator(CandidateWorkers, ReferencePool, Trials, TimedRounds, Integrity)
         self.close()
 
     # -- the evaluation -----------------------------------------------------------------------------------
-    def _evaluate(self, p: Prepared, left) -> dict:
-        """The GPU stage of a loaded candidate: Verdict fields (raises Aborted for a verdict decided early)."""
-        cfg = self.config
-        task, candidate, ref, state, cand = p.task, p.candidate, p.ref, p.state, p.cand
+    def _untimed(self, p: Prepared) -> dict | None:
+        """The GPU stage of a loaded candidate up to its timing (its evidence, its correctness trials): Verdict
+        fields where that decides it, else None, the trials' results kept for `_timed` (raises Aborted for a
+        verdict decided early)."""
+        if p.aborted is not None:
+            raise p.aborted
+        task, ref, cand, left = p.task, p.ref, p.cand, p.left
         ph, flags, reported = self._phases, p.flags, p.reported
         # The evidence the candidate's process holds from its load and first call (the reference's code patched, a
         # precision switch under strict, a clock replaced) decides before any trial; it is read again after the
@@ -344,28 +369,40 @@ class Evaluator(CandidateWorkers, ReferencePool, Trials, TimedRounds, Integrity)
             return {"status": "rejected", "message": "", "error": error, "flags": flags + held[0],
                     "confinement": held[1]}
         ph.mark("correctness")
-        self._stage.to_exclusive()  # nothing else runs on the device while the programs are timed
-        ph.mark("alone")
-        self._policies(task, ref, cand, left, flags)
+        p.error, p.first = error, first
+        return None
+
+    def _before_timing(self, p: Prepared) -> None:
+        """What a job checks and readies with the device to itself before it is timed: the task's policies watched
+        as the programs run, the reference compiled where compiled references are compared."""
+        self._policies(p.task, p.ref, p.cand, p.left, p.flags)
+        if self.config.compare_compile:
+            self._compile_reference(p.ref, p.task)
+
+    def _timed(self, p: Prepared, measured: tuple | None = None) -> dict:
+        """The rest of a job's GPU stage, the device held alone: its timing (or `measured`, the eager timings and
+        graph replays a group's timing gave it, `_group_timing`), the integrity report, the re-measurement of a
+        large speedup; its Verdict fields."""
+        cfg = self.config
+        task, candidate, ref, state, cand, left = p.task, p.candidate, p.ref, p.state, p.cand, p.left
+        ph, flags, reported, error, first = self._phases, p.flags, p.reported, p.error, p.first
         # -- timing: reference and candidate alternate; every timed call has fresh inputs, outputs checked
-        if cfg.compare_compile:
-            self._compile_reference(ref, task)
         # Where graph replay will give the speedup, eager latency is measured to `latency_precision` only, after
         # `latency_rounds` and in `timing_rounds` at most (a launch-bound program's latency can take every round to
         # the limit, for a figure the verdict only reports), and to `timing_precision` after all if the programs
         # cannot be replayed (the rounds go on where they stopped).
         replayed = cfg.use_graphs and self.device.type == "cuda"
-        latency_only = replayed and cfg.timing_basis == "device"
-        rounds = {}
-        ref_t, cand_t, comp_t, stderr = self._timing(
-            task, ref, cand, left, flags, first, rounds=rounds,
-            precision=max(cfg.latency_precision, cfg.timing_precision) if latency_only else None,
-            least=min(cfg.latency_rounds, cfg.timing_rounds) if latency_only else None,
-            most=cfg.timing_rounds if latency_only else None)
-        ph.mark("timing")
-        graphs = self._graphs(task, ref, cand, left, flags, first, self._round_for(ref_t.median_us)) if replayed \
-            else {}
-        ph.mark("graphs")
+        if measured is None:
+            rounds = {}
+            ref_t, cand_t, comp_t, stderr = self._timing(task, ref, cand, left, flags, first, rounds=rounds,
+                                                         **self._latency_bounds())
+            ph.mark("timing")
+            graphs = self._graphs(task, ref, cand, left, flags, first, self._round_for(ref_t.median_us)) \
+                if replayed else {}
+            ph.mark("graphs")
+        else:
+            rounds, graphs = measured
+            ref_t, cand_t, comp_t, stderr = self._eager_timings(rounds, flags)
         if not graphs and len(rounds["ref_r"]) < self._round_limit() \
                 and not self._precise_enough(rounds["ref_r"], rounds["cand_r"]):
             # A capture the device invalidated (a synchronisation inside it, say) can leave the candidate's process
@@ -407,6 +444,15 @@ class Evaluator(CandidateWorkers, ReferencePool, Trials, TimedRounds, Integrity)
         return {"status": "ok", "message": "", **primary, "latency_speedup": latency, "reference": ref_t,
                 "candidate_timing": cand_t, "reference_compiled": comp_t, "error": error, "flags": flags,
                 "confinement": report, **graphs}
+
+    def _latency_bounds(self) -> dict:
+        """`_timing`'s bounds on the eager rounds: where graph replay will give the speedup, latency to
+        `latency_precision` in `latency_rounds` to `timing_rounds` (`_timed`); else the config's own."""
+        cfg = self.config
+        if not (cfg.use_graphs and self.device.type == "cuda" and cfg.timing_basis == "device"):
+            return {}
+        return {"precision": max(cfg.latency_precision, cfg.timing_precision),
+                "least": min(cfg.latency_rounds, cfg.timing_rounds), "most": cfg.timing_rounds}
 
     def _held(self, cand, left, when: str) -> tuple[list[Flag], dict] | None:
         """The candidate's tampering evidence read `when` (its flags, its confinement report) where any of it

@@ -30,6 +30,15 @@ class Phases:
         self.mark("finish")
         return dict(self.seen)
 
+    def add(self, name: str, seconds: float):
+        """Count `seconds` to `name` and go on from now: a job's share of work done for several jobs at once."""
+        self.seen[name] = round(self.seen.get(name, 0.0) + seconds, 3)
+        self.t = time.monotonic()
+
+    def resume(self):
+        """Go on from now: the time since the last mark went to other jobs."""
+        self.t = time.monotonic()
+
 
 class Aborted(Exception):
     def __init__(self, verdict_kw: dict):
@@ -61,3 +70,7 @@ class Prepared:
     reaped: object | None = None                # Future of the candidate worker's reaping after the GPU stage
     foreseen: bool = False                      # such a worker was started ahead (at most once a job)
     uncaptured: str = ""                        # whose CUDA-graph capture failed: "reference" or "candidate"
+    left: object | None = None                  # the GPU stage's time limit (`Evaluator._left`)
+    error: object | None = None                 # the correctness trials' error, once they passed
+    first: dict | None = None                   # what the trials found that timing checks against
+    job_state: dict = field(default_factory=dict)  # the evaluation's state while another job's is in (`_as`)

@@ -261,7 +261,28 @@ class Worker:
             try:
                 os.killpg(self.proc.pid, signal.SIGSTOP if stop else signal.SIGCONT)
             except (ProcessLookupError, PermissionError):
-                pass
+                return
+            if stop:
+                self._stopped(self.STOP_WAIT_S)
+
+    STOP_WAIT_S = 0.2  # the longest `pause` waits for the worker's threads to stop
+
+    def _stopped(self, most: float) -> bool:
+        """Wait (at most `most` s) until every thread of the worker's process has stopped: a stop signal takes
+        effect when each thread next runs, so one that was running goes on for a moment after it is sent. False
+        where one still runs then (or /proc cannot tell)."""
+        tasks = f"/proc/{self.proc.pid}/task"
+        end = time.monotonic() + most
+        while True:
+            try:
+                states = [open(f"{tasks}/{t}/stat").read().rsplit(")", 1)[1].split()[0] for t in os.listdir(tasks)]
+            except OSError:  # gone, or no /proc
+                return False
+            if all(s in "TtZX" for s in states):
+                return True
+            if time.monotonic() >= end:
+                return False
+            time.sleep(0.0005)
 
     def close(self):
         """Kill the worker and remove its scratch directory."""

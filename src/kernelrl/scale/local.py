@@ -80,12 +80,18 @@ class LocalScheduler:
     """Judges jobs on this machine's devices; ("cpu", "cpu") gives two CPU "devices" (each its own evaluator)."""
 
     def __init__(self, config: EvalConfig | None = None, devices: tuple[str, ...] | list[str] = ("cpu",),
-                 lookahead: int = 3, cpu_workers: int | None = None):
+                 lookahead: int = 3, cpu_workers: int | None = None, group: int = 1):
         config = config or EvalConfig()
         if not devices:
             raise ValueError("no devices to run on")
         if lookahead < 1:
             raise ValueError(f"lookahead must be at least 1, not {lookahead}")
+        if group < 1:
+            raise ValueError(f"group must be at least 1, not {group}")
+        # group > 1: a device judges up to that many prepared jobs of one task together (`Evaluator.judge_group`),
+        # as many as are waiting when it starts them; that many may wait
+        self.group = group
+        lookahead = max(lookahead, group)
         keys = [d if list(devices).count(d) == 1 else f"{d}#{i}" for i, d in enumerate(devices)]
         self._devices: list[_Device] = []
         try:
@@ -228,28 +234,53 @@ class LocalScheduler:
                     self._cond.wait()
                 if self._closed:
                     return
-                job = dev.ready.popleft()
+                jobs = [dev.ready.popleft()]
+                jobs += self._same_task(dev, jobs[0])
                 dev.busy_since = time.monotonic()
-            verdict = error = None
-            try:
-                if not _start(job.future):
-                    self._release(job)
-                elif job.compiled is None:
-                    verdict = job.prepared_by.judge(job.prepared)
-                else:
-                    try:
-                        verdict = job.prepared_by.time_reference(job.task, job.compiled)
-                    finally:
-                        self._release(job)
-            except BaseException as e:  # the evaluation could not run (a reference that fails while timed ...)
-                error = e
+            outcomes = self._judge_jobs(jobs)
             with self._cond:
                 dev.busy_s += time.monotonic() - dev.busy_since
                 dev.busy_since = None
-                dev.ahead -= 1
+                dev.ahead -= len(jobs)
                 self._cond.notify_all()
-            if verdict is not None or error is not None:
+            for job, verdict, error in outcomes:
                 self._resolve(job, verdict, error, running=True)
+
+    def _same_task(self, dev: _Device, job: _Job) -> list[_Job]:
+        """Jobs waiting on `dev` to judge with `job` (taken off its queue): up to `group` in all, of its task and
+        prepared by its evaluator (so under its policy, with its reference worker). Called holding the lock."""
+        if self.group < 2 or job.compiled is not None:
+            return []
+        same = [j for j in dev.ready if j.compiled is None and j.prepared_by is job.prepared_by
+                and j.task.digest == job.task.digest][:self.group - 1]
+        for j in same:
+            dev.ready.remove(j)
+        return same
+
+    def _judge_jobs(self, jobs: list[_Job]) -> list[tuple]:
+        """The GPU stage of `jobs` (several only where they are of one task: `_same_task`): (job, verdict, error) for
+        each one started (a job cancelled meanwhile is let go)."""
+        started = []
+        for job in jobs:
+            if _start(job.future):
+                started.append(job)
+            else:
+                self._release(job)
+        if not started:
+            return []
+        job = started[0]
+        try:
+            if job.compiled is not None:
+                try:
+                    return [(job, job.prepared_by.time_reference(job.task, job.compiled), None)]
+                finally:
+                    self._release(job)
+            if len(started) == 1:
+                return [(job, job.prepared_by.judge(job.prepared), None)]
+            got = job.prepared_by.judge_group([j.prepared for j in started])
+            return [(j, None, v) if isinstance(v, BaseException) else (j, v, None) for j, v in zip(started, got)]
+        except BaseException as e:  # the evaluation could not run (a reference that fails while timed ...)
+            return [(j, None, e) for j in started]
 
     @staticmethod
     def _release(job: _Job) -> None:

@@ -1,0 +1,114 @@
+"""Candidates of one task judged together (`Evaluator.judge_group`, `LocalScheduler(group=N)`, `bench --group`):
+the verdicts they get alone, the reference timed once a round beside every member, each member's worker stopped
+while another is timed."""
+from pathlib import Path
+
+import pytest
+
+from kernelrl.evaluate import EvalConfig, Evaluator
+from kernelrl.evaluate import evaluator as evaluator_module
+from kernelrl.evaluate.gpulock import DeviceLock
+from kernelrl.scale.local import LocalScheduler
+from kernelrl.task import Candidate, Task
+
+DATA = Path(__file__).parent / "data" / "eval"
+FAST = dict(device="cpu", correctness_trials=3, timing_rounds=3, timing_precision=0, calls_per_round=5, warmup=1,
+            timeout_s=120)
+MEMBERS = ["correct", "wrong", "late_replay", "correct"]
+STATUSES = ["ok", "incorrect", "rejected", "ok"]
+
+
+@pytest.fixture(scope="module")
+def task():
+    return Task.from_file(DATA / "scale_add.py")
+
+
+def candidates(names):
+    return [Candidate.from_file(DATA / f"{n}.py") for n in names]
+
+
+def test_members_get_the_verdicts_they_get_alone_and_share_the_references_rounds(tmp_path, task, monkeypatch):
+    asked = []
+    with Evaluator(EvalConfig(cache_dir=str(tmp_path), **FAST)) as ev:
+        alone = [ev.evaluate(task, c) for c in candidates(MEMBERS)]
+        ps = [ev.prepare(task, c) for c in candidates(MEMBERS)]
+        ref = ps[0].ref
+        request = type(ref).request
+
+        def spy(worker, op, *args, **kw):
+            if worker is ref and op.get("op") == "time":
+                asked.append(op["seed"])
+            return request(worker, op, *args, **kw)
+
+        monkeypatch.setattr(type(ref), "request", spy)
+        together = ev.judge_group(ps)
+    assert [v.status for v in alone] == STATUSES, [v.message for v in alone]
+    assert [v.status for v in together] == STATUSES, [v.message for v in together]
+    assert "timed call" in together[2].message  # refused by its timed outputs, in the shared rounds
+    # the reference was timed once a round for the members that reached timing, 3 rounds: not once per member
+    assert len(asked) == 3 and len(set(asked)) == 1  # one input seed: every member's calls draw the same inputs
+    for v in (together[0], together[3]):
+        assert v.reference.n == v.candidate_timing.n == 15 and v.speedup > 0
+        assert v.phases["timing"] > 0 and v.phases["alone"] >= 0
+    assert together[0].reference.round_medians_us == together[3].reference.round_medians_us  # the same rounds
+
+
+def test_a_members_worker_is_stopped_while_another_member_or_the_reference_is_timed(tmp_path, task, monkeypatch):
+    # The members' workers wait, their code loaded, while the others are timed: nothing of theirs may run then (a
+    # thread left running could slow the others' timed calls). (The CPU's lock is made a shared device's here.)
+    monkeypatch.setattr(evaluator_module, "device_lock", lambda device: DeviceLock(sharing=True))
+    states = []
+    with Evaluator(EvalConfig(cache_dir=str(tmp_path), **FAST)) as ev:
+        ps = [ev.prepare(task, c) for c in candidates(["correct", "correct", "correct"])]
+        ask = ev._ask
+
+        def spy(worker, op, timeout, what, build=False):
+            if op.get("op") == "time":
+                states.append({i: Path(f"/proc/{p.cand.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+                               for i, p in enumerate(ps) if p.cand is not worker and p.cand.proc.poll() is None})
+            return ask(worker, op, timeout, what, build)
+
+        monkeypatch.setattr(ev, "_ask", spy)
+        verdicts = ev.judge_group(ps)
+    assert [v.status for v in verdicts] == ["ok"] * 3, [v.message for v in verdicts]
+    assert len(states) == 9 and all(set(s.values()) == {"T"} and len(s) == 2 for s in states), states
+
+
+def test_a_reference_that_carries_state_judges_its_group_one_by_one(tmp_path):
+    stateful = Task.from_file(Path(__file__).parent / "data" / "state" / "rnn_stateful.py")
+    with Evaluator(EvalConfig(cache_dir=str(tmp_path), **FAST)) as ev:
+        same = Candidate.from_source(stateful.source + "\n\nclass ModelNew(Model):\n    pass\n")
+        ps = [ev.prepare(stateful, same) for _ in range(2)]
+        assert ps[0].state.get("stateful") and not ev._groupable(ps)
+        assert [v.status for v in ev.judge_group(ps)] == ["ok", "ok"]
+
+
+def test_a_scheduler_judges_waiting_jobs_of_one_task_together(tmp_path, task, monkeypatch):
+    sizes = []
+    group = Evaluator.judge_group
+
+    def spy(self, ps):
+        sizes.append(len(ps))
+        return group(self, ps)
+
+    monkeypatch.setattr(Evaluator, "judge_group", spy)
+    slow = Candidate.from_source((DATA / "correct.py").read_text().replace(
+        "    def forward(self, x):\n", "    def forward(self, x):\n        __import__('time').sleep(0.15)\n"))
+    with LocalScheduler(EvalConfig(cache_dir=str(tmp_path), **FAST), ("cpu",), group=4, cpu_workers=2) as s:
+        first = s.submit(task, slow)  # judged alone, for seconds, while the rest are prepared and wait
+        rest = [s.submit(task, c) for c in candidates(MEMBERS)]
+        assert first.result().status == "ok"
+        assert [f.result().status for f in rest] == STATUSES
+    assert max(sizes, default=1) >= 2, sizes
+    with pytest.raises(ValueError, match="group must be at least 1"):
+        LocalScheduler(EvalConfig(**FAST), ("cpu",), group=0)
+
+
+def test_bench_refuses_a_group_below_one_and_a_group_on_ray(tmp_path):
+    from typer.testing import CliRunner
+
+    from kernelrl.cli import app
+
+    for args in (["--group", "0"], ["--group", "2", "--ray", "auto"]):
+        r = CliRunner().invoke(app, ["bench", str(DATA), *args])
+        assert r.exit_code == 2 and "--group must be at least 1" in r.output, r.output
