@@ -112,3 +112,25 @@ def test_bench_refuses_a_group_below_one_and_a_group_on_ray(tmp_path):
     for args in (["--group", "0"], ["--group", "2", "--ray", "auto"]):
         r = CliRunner().invoke(app, ["bench", str(DATA), *args])
         assert r.exit_code == 2 and "--group must be at least 1" in r.output, r.output
+
+
+@pytest.mark.gpu
+def test_on_the_gpu_members_share_graph_replay_rounds_and_one_that_cannot_be_captured_is_timed_by_latency(tmp_path):
+    gpu = Path(__file__).parent / "data" / "eval_gpu"
+    softmax = Task.from_file(gpu / "softmax_rows.py")
+    names = ["softmax_triton", "softmax_wrong", "softmax_synchronizes", "softmax_cuda", "softmax_side_stream"]
+    cfg = EvalConfig(device="cuda", timing_rounds=3, calls_per_round=10, timeout_s=300, cache_dir=str(tmp_path))
+    with Evaluator(cfg) as ev:
+        alone = [ev.evaluate(softmax, Candidate.from_file(gpu / f"{n}.py")) for n in names]
+        together = ev.judge_group([ev.prepare(softmax, Candidate.from_file(gpu / f"{n}.py")) for n in names])
+    assert [v.status for v in together] == [v.status for v in alone], [v.message for v in together]
+    triton, _, synced, cuda, _ = together
+    assert triton.speedup_method == cuda.speedup_method == "cuda_graph"
+    # the same reference replays serve both: their rounds are the reference's in the rounds both took
+    shared = min(len(triton.reference_graph.round_medians_us), len(cuda.reference_graph.round_medians_us))
+    assert shared >= 3 and (triton.reference_graph.round_medians_us[:shared]
+                            == cuda.reference_graph.round_medians_us[:shared])
+    assert synced.speedup_method == "cuda_events" and any(f.check == "cuda_graph" for f in synced.flags)
+    for a, t in zip(alone, together):
+        if a.status == "ok":  # the same program measured alone and in a group: within a few percent
+            assert t.speedup == pytest.approx(a.speedup, rel=0.1), (a.speedup, t.speedup)
