@@ -7,7 +7,8 @@
 #   group of 8, judged with --samples all) through `kernelrl bench` with a cold cache into res/throughput_<step>
 #   (corpus.json beside the results, rate.md by kind from benchmarks/bench_runs.py), going on from the results.jsonl
 #   and runs.jsonl in REAL_FROM (GRPO_FROM), if named; no task starts in the step's last DRAIN_S seconds (default 150);
-#   LEVEL="1 2" for some levels; EVERY=K gives candidates to every K-th task only (the rest not judged, their
+#   LEVEL="1 2" for some levels; GROUP=N judges up to N candidates of a task together (there and in serve_grpo:
+#   bench and serve --group); EVERY=K gives candidates to every K-th task only (the rest not judged, their
 #   references not timed: a sample over the levels that fits a call); LANE, where copies run side by side (one per GPU), names each one's folder; SRC
 #   names another kernelrl source tree to run (an A/B beside the working tree's, e.g. `git archive` of a commit);
 #   CPU_LANES passes --cpu-lanes, BENCH_ARGS more flags.
@@ -116,14 +117,15 @@ with lzma.open(sys.argv[1]) as f, open(sys.argv[2], 'wb') as g: shutil.copyfileo
                  --per-task "$per" --every "${EVERY:-1}" && cp "$corpus/corpus.json" "$run/"
                KERNELRL_CACHE=$(mktemp -d) timeout $((STEP_S - 30)) python3 -m kernelrl.cli bench "${KB:-.kb/suite}" \
                  --candidates "$corpus" --device cuda --out "$run" --resume --time-limit $((STEP_S - ${DRAIN_S:-150})) \
-                 --samples "$samples" ${CPU_LANES:+--cpu-lanes "$CPU_LANES"} ${BENCH_ARGS:-} \
+                 --samples "$samples" ${CPU_LANES:+--cpu-lanes "$CPU_LANES"} ${GROUP:+--group "$GROUP"} ${BENCH_ARGS:-} \
                  $([ "${EVERY:-1}" -gt 1 ] && echo --no-time-references) \
                  $(for l in ${LEVEL:-}; do echo --level "$l"; done) 2>&1 | tail -6
                python3 benchmarks/bench_runs.py "$run" --corpus "$run/corpus.json" --out "$run/rate.md" && cat "$run/rate.md";;
     serve_grpo) corpus=$(mktemp -d)
                 python3 benchmarks/real_corpus.py "${KB:-.kb/suite}" "$corpus" --per-task 8 --seed "${SEED:-0}"
                 timeout $((STEP_S - 20)) python3 benchmarks/serve_grpo.py "${KB:-.kb/suite}" "$corpus" "$RES/serve_grpo" \
-                  --device cuda --time-limit $((STEP_S - ${DRAIN_S:-240})) --stop-after $((STEP_S - 60)) 2>&1 | tail -8;;
+                  --device cuda --time-limit $((STEP_S - ${DRAIN_S:-240})) --stop-after $((STEP_S - 60)) \
+                  ${GROUP:+--group "$GROUP"} 2>&1 | tail -8;;
     gemm) timeout "$STEP_S" python3 benchmarks/gemm_device.py --deadline $((STEP_S - 30)) --skip-smoke ${GEMM_ARGS:-} 2>&1 | tail -20
           cp "$OUT"/gemm_* "$RES"/ 2>/dev/null;;
     *) echo "unknown step $step";;

@@ -172,13 +172,15 @@ def main():
     ap.add_argument("--limit", type=int, default=None, help="only the first N tasks' groups (by task name)")
     ap.add_argument("--groups", type=int, default=4, help="groups in flight at once")
     ap.add_argument("--time-limit", type=float, default=None, help="submit no group after this many seconds")
+    ap.add_argument("--group", type=int, default=1, help="the service's --group: candidates of one task judged "
+                                                          "together, the reference timed once a round beside each")
     ap.add_argument("--stop-after", type=float, default=None, help="wait for no verdict after this many seconds "
                                                                    "(a group not judged by then counts as unfinished)")
     args = ap.parse_args()
     groups = load_groups(args.corpus, args.limit)
     args.out.mkdir(parents=True, exist_ok=True)
     work, token = Path(tempfile.mkdtemp(prefix="kernelrl-serve-grpo-")), secrets.token_hex(16)
-    server, url = start_server(work, args.device, token, "--suite", str(args.suite))
+    server, url = start_server(work, args.device, token, "--suite", str(args.suite), "--group", str(args.group))
     try:
         client = Client(url, token=token)
         started = time.strftime("%Y-%m-%dT%H:%M:%S")
@@ -189,6 +191,8 @@ def main():
         server.send_signal(signal.SIGTERM)
         server.wait(timeout=120)
     record = run_record(started, wall, rows, busy)
+    if args.group > 1:
+        record["group"] = args.group
     append_run(args.out, record)
     device = torch.cuda.get_device_name() if args.device.startswith("cuda") else f"CPU, {os.cpu_count()} cores"
     write_readme(args.out, args, record, device)

@@ -104,13 +104,15 @@ def test_a_scheduler_judges_waiting_jobs_of_one_task_together(tmp_path, task, mo
         LocalScheduler(EvalConfig(**FAST), ("cpu",), group=0)
 
 
-def test_bench_refuses_a_group_below_one_and_a_group_on_ray(tmp_path):
+@pytest.mark.parametrize("command", ["bench", "serve"])
+def test_bench_and_serve_refuse_a_group_below_one_and_a_group_on_ray(tmp_path, command):
     from typer.testing import CliRunner
 
     from kernelrl.cli import app
 
+    where = [str(DATA)] if command == "bench" else ["--db", str(tmp_path / "jobs.db")]
     for args in (["--group", "0"], ["--group", "2", "--ray", "auto"]):
-        r = CliRunner().invoke(app, ["bench", str(DATA), *args])
+        r = CliRunner().invoke(app, [command, *where, *args])
         assert r.exit_code == 2 and "--group must be at least 1" in r.output, r.output
 
 
@@ -134,3 +136,15 @@ def test_on_the_gpu_members_share_graph_replay_rounds_and_one_that_cannot_be_cap
     for a, t in zip(alone, together):
         if a.status == "ok":  # the same program measured alone and in a group: within a few percent
             assert t.speedup == pytest.approx(a.speedup, rel=0.1), (a.speedup, t.speedup)
+
+
+def test_a_service_started_with_a_group_judges_on_a_scheduler_that_groups(tmp_path):
+    from kernelrl.serve.cli import _service
+    from kernelrl.serve.jobs import JobStore
+
+    service = _service(JobStore(tmp_path / "jobs.db"), EvalConfig(cache_dir=str(tmp_path), **FAST), ("cpu",), {}, 8,
+                       group=4)
+    try:
+        assert service.dispatcher.scheduler.group == 4
+    finally:
+        service.close()

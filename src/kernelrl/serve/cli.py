@@ -36,6 +36,8 @@ def serve_command(
     timeout: float = typer.Option(300.0, help="seconds for one whole evaluation, build included"),
     report_every: float = typer.Option(60.0, help="seconds between progress lines on the console"),
     ray: Optional[str] = typer.Option(None, "--ray", help=RAY_HELP + " (instead of --device)"),
+    group: int = typer.Option(1, "--group", help="judge up to this many waiting candidates of one task together "
+                                                "(a GRPO group), the reference timed once a round beside each"),
 ):
     """Serve rewards over HTTP. This service runs untrusted code (the candidates it is sent) on this machine:
     it listens on 127.0.0.1 unless told otherwise, and refuses any other address unless $KERNELRL_API_TOKEN is
@@ -50,6 +52,8 @@ def serve_command(
         fail("--port must be 0..65535, --max-body and --report-every positive, --window not negative")
     if timeout <= 0 or trials < 1 or rounds < 1 or calls < 1 or max_rounds < 1 or precision < 0:
         fail("--timeout, --trials, --rounds, --calls and --max-rounds must be positive, --precision not negative")
+    if group < 1 or (group > 1 and ray is not None):
+        fail(f"--group must be at least 1, and 1 with --ray (each GPU's actor judges alone), not {group}")
 
     from kernelrl.evaluate import EvalConfig, EvaluationError
     from kernelrl.serve.jobs import JobStore, JobStoreError
@@ -65,21 +69,22 @@ def serve_command(
         fail(str(e))
     try:
         service = _service(jobs, config, tuple(device), tasks, window or (8 * len(device) if ray is None else 0),
-                           ray=ray)
+                           ray=ray, group=group)
     except (EvaluationError, RayUnavailable) as e:
         jobs.close()
         fail(str(e))
     run(service, host, port, token, max_body, report_every, db)
 
 
-def _service(jobs, config, devices: tuple[str, ...], tasks: dict, window: int, ray: str | None = None):
+def _service(jobs, config, devices: tuple[str, ...], tasks: dict, window: int, ray: str | None = None,
+             group: int = 1):
     """The Service over a scheduler for `devices`, or for the GPUs of the Ray cluster `ray` names."""
     from kernelrl.evaluate.candidates import toolchain_key
     from kernelrl.scale import make_scheduler
     from kernelrl.serve.service import Service, context_key
 
     settings = {k: v for k, v in config.to_dict().items() if k not in ("device", "cache_dir", "policy")}
-    scheduler = make_scheduler(config, devices, ray=ray)
+    scheduler = make_scheduler(config, devices, ray=ray, **({"group": group} if group > 1 else {}))
     if ray is None:
         kind = device_kind(devices)
     else:  # verdicts come from the cluster's devices: stored answers are keyed by their hardware
