@@ -148,3 +148,27 @@ def test_a_service_started_with_a_group_judges_on_a_scheduler_that_groups(tmp_pa
         assert service.dispatcher.scheduler.group == 4
     finally:
         service.close()
+
+
+def test_a_reference_that_fails_in_the_shared_rounds_fails_every_member_left_and_the_next_job_runs(tmp_path, task,
+                                                                                                  monkeypatch):
+    from kernelrl.evaluate import EvaluationError
+
+    with Evaluator(EvalConfig(cache_dir=str(tmp_path), **FAST)) as ev:
+        ps = [ev.prepare(task, c) for c in candidates(["correct", "wrong", "correct"])]
+        rounds = ev._group_reference
+
+        def failing(*args, **kw):
+            if failing.calls == 1:
+                raise EvaluationError("scale_add: the reference failed while being timed")
+            failing.calls += 1
+            return rounds(*args, **kw)
+
+        failing.calls = 0
+        monkeypatch.setattr(ev, "_group_reference", failing)
+        got = ev.judge_group(ps)
+        assert got[1].status == "incorrect"  # decided in its trials, before the rounds
+        assert all(isinstance(g, EvaluationError) for g in (got[0], got[2]))
+        assert all(p.finished and p.released and not p.cand.alive for p in ps)  # no worker left behind
+        monkeypatch.undo()
+        assert ev.evaluate(task, candidates(["correct"])[0]).status == "ok"
