@@ -265,7 +265,7 @@ class Worker:
             if stop:
                 self._stopped(self.STOP_WAIT_S)
 
-    STOP_WAIT_S = 0.2  # the longest `pause` waits for the worker's threads to stop
+    STOP_WAIT_S = 0.1  # the longest `pause` waits for the worker's threads to stop
 
     def _stopped(self, most: float) -> bool:
         """Wait (at most `most` s) until every thread of the worker's process has stopped: a stop signal takes
