@@ -1,6 +1,5 @@
 """benchmarks/bench_runs.py: a bench output folder's rate, GPU-stage phases and speedups, on folders made here."""
 import gzip
-import importlib.util
 import json
 from pathlib import Path
 
@@ -9,11 +8,9 @@ import pytest
 from kernelrl.bench.result import TaskResult
 from kernelrl.bench.resume import RESULTS_FILE, ResultLog
 from kernelrl.verdict import Timing, Verdict
+from scripts import load_script
 
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_runs.py"
-spec = importlib.util.spec_from_file_location("bench_runs", SCRIPT)
-bench_runs = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(bench_runs)
+bench_runs = load_script("bench_runs")
 
 
 def verdict_row(task, level, speedup, correctness, graphs, replays=25, status="ok"):

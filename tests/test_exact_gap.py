@@ -1,13 +1,11 @@
 """benchmarks/exact_gap.py: how far a task's fp32 output is from its exact result, seed by seed, on a fixture task."""
-import importlib.util
 from pathlib import Path
 
 import torch
 
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "exact_gap.py"
-spec = importlib.util.spec_from_file_location("exact_gap", SCRIPT)
-exact_gap = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(exact_gap)
+from scripts import load_script
+
+exact_gap = load_script("exact_gap")
 TASK = Path(__file__).parent / "data" / "redteam" / "chaotic.py"
 
 

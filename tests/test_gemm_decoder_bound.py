@@ -1,18 +1,16 @@
 """benchmarks/gemm_decoder_bound.py: a decoder layer's speedup from its GEMMs' table times, on numbers made here."""
 import csv
-import importlib.util
 import json
 import math
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "gemm_decoder_bound.py"
-spec = importlib.util.spec_from_file_location("gemm_decoder_bound", SCRIPT)
-bound = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(bound)
+from scripts import BENCHMARKS, load_script
+
+bound = load_script("gemm_decoder_bound")
+SCRIPT = BENCHMARKS / "gemm_decoder_bound.py"
 
 # Llama-3.1-8B's linear products at one token: q and o 4096x4096, k and v 1024x4096, gate and up 14336x4096,
 # down 4096x14336. k and v share a shape, so the table holds five rows for seven products.

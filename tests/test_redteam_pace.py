@@ -1,15 +1,12 @@
 """benchmarks/redteam_pace.py: a red team's pace and GPU stage, call by call, from a journal made here."""
-import importlib.util
 import json
 import lzma
-from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "redteam_pace.py"
-spec = importlib.util.spec_from_file_location("redteam_pace", SCRIPT)
-redteam_pace = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(redteam_pace)
+from scripts import load_script
+
+redteam_pace = load_script("redteam_pace")
 
 
 def record(kind, task, at, status="", **phases):

@@ -1,15 +1,12 @@
 """benchmarks/timing_rounds.py: the evaluator's stopping rules for timing rounds, replayed on two runs' kept rounds."""
-import importlib.util
 from pathlib import Path
 
 from kernelrl.bench.result import TaskResult
 from kernelrl.bench.resume import RESULTS_FILE, ResultLog
 from kernelrl.verdict import Timing, Verdict
+from scripts import load_script
 
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "timing_rounds.py"
-spec = importlib.util.spec_from_file_location("timing_rounds", SCRIPT)
-timing_rounds = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(timing_rounds)
+timing_rounds = load_script("timing_rounds")
 
 
 def timing(rounds: list[float], method: str) -> Timing:

@@ -1,13 +1,8 @@
 """The same candidates judged in three runs (fresh evaluators, fresh secret seeds) get the same status each time:
 borderline members of every corpus on the CPU; benchmarks/verdict_repeat.py runs all of them on a GPU."""
-import importlib.util
-import sys
-from pathlib import Path
+from scripts import load_script
 
-SCRIPT = Path(__file__).parent.parent / "benchmarks" / "verdict_repeat.py"
-spec = importlib.util.spec_from_file_location("verdict_repeat", SCRIPT)
-verdict_repeat = sys.modules["verdict_repeat"] = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(verdict_repeat)
+verdict_repeat = load_script("verdict_repeat")
 
 # Honest programs whose rounding differs most from their references', reduced-precision ones refused under strict
 # and allowed under kernelbench, exploits decided during timing, and programs that keep or reuse what they return.

@@ -1,13 +1,11 @@
 """benchmarks/weight_draws.py: how many weight draws make a task's output ignore its input, on a fixture task."""
-import importlib.util
 from pathlib import Path
 
 import torch
 
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "weight_draws.py"
-spec = importlib.util.spec_from_file_location("weight_draws", SCRIPT)
-weight_draws = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(weight_draws)
+from scripts import load_script
+
+weight_draws = load_script("weight_draws")
 TASK = Path(__file__).parent / "data" / "redteam" / "weighted_clamp.py"
 
 
