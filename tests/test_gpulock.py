@@ -178,7 +178,7 @@ def test_a_parked_worker_is_stopped_while_the_device_is_held_alone_and_goes_on_a
             self.proc = subprocess.Popen([sys.executable, "-c", "import time\nwhile True: time.sleep(0.005)"],
                                          start_new_session=True)
 
-        pause, _stopped, STOP_WAIT_S = Worker.pause, Worker._stopped, Worker.STOP_WAIT_S
+        pause, wait_stopped, STOP_WAIT_S = Worker.pause, Worker.wait_stopped, Worker.STOP_WAIT_S
 
     def stopped(w, want: bool) -> bool:
         end = time.monotonic() + 5

@@ -118,8 +118,10 @@ class DeviceLock:
         finally:
             self._writers_waiting -= 1
         self._writer = True
-        for worker in self._parked:  # nothing but the holder's work runs on the device
-            worker.pause(True)
+        for worker in self._parked:  # nothing but the holder's work runs on the device: all stopped, then waited for
+            worker.pause(True, wait=False)
+        for worker in self._parked:
+            worker.wait_stopped(worker.STOP_WAIT_S)
 
     def _release(self, mode: str) -> None:
         with self._cond:

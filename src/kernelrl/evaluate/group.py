@@ -20,10 +20,13 @@ class _Member:
     """A candidate of a group being timed: its job, its rounds so far, and how its timing ended early, if it did."""
 
     p: Prepared
-    acc: dict = field(default_factory=dict)
+    acc: dict = field(default_factory=dict)  # its eager rounds (`TimedRounds._rounds`)
     aborted: Aborted | None = None
-    graphs: dict | None = None  # its graph-replay rounds, once they start
+    graphs: dict | None = None  # its graph-replay rounds (`TimedRounds._replays`), once they start
     replayed: bool = True  # its graph replays were timed (False: either program could not be replayed)
+
+    def rounds(self, kind: str) -> dict:
+        return self.acc if kind == "time" else self.graphs
 
 
 class GroupTiming:
@@ -95,9 +98,7 @@ class GroupTiming:
                 except Aborted as a:
                     kw = self._cut(a, p)
                 except Exception as e:  # the reference failed: as `judge` raises it
-                    self._finish(p, in_stage=True)
-                    out[id(p)] = e
-                    continue
+                    kw = e
                 self._end(p, kw, out)
         if not ready:
             return [], []
@@ -122,18 +123,16 @@ class GroupTiming:
         all, with those `refused` before their timing."""
         if not timed:
             return self._end_all(refused, out)
-        members = [_Member(p) for p in timed]
-        first = members[0].p
-        for m in members:  # one input seed and one round shape for all: the reference's rounds serve every one
-            m.acc = self._rounds({}, m.p.first)
-            m.acc["seed"], m.acc["shape"] = members[0].acc["seed"], members[0].acc["shape"]
+        first = timed[0]
+        shared = self._rounds({}, first.first)  # one input seed and one round shape: the reference's rounds serve all
+        members = [_Member(p, self._rounds({"seed": shared["seed"], "shape": shared["shape"]}, p.first)) for p in timed]
         try:
             self._group_rounds(first.task, first.ref, members, "time")
             if self.config.use_graphs and self.device.type == "cuda":
                 timing = [m for m in members if m.aborted is None and m.acc["ref_s"]]
                 shape = self._round_for(statistics.median(timing[0].acc["ref_s"])) if timing else {}
                 for m in members:
-                    m.graphs = {"ref_s": [], "cand_s": [], "ref_r": [], "cand_r": [], "shape": shape}
+                    m.graphs = self._replays(shape)
                 self._group_rounds(first.task, first.ref, members, "graph")
         except Exception as e:  # the reference failed while being timed: as `judge` raises it, for every one left
             return self._end_all(refused + [(m.p, e) for m in members], out)
@@ -158,20 +157,16 @@ class GroupTiming:
         self._end_all(refused + done, out)
 
     def _end_all(self, ended: list[tuple], out: dict) -> None:
-        """End each (job, Verdict fields or the exception that ended it) into `out`."""
+        """End each (job, Verdict fields or the exception that ended it) into `out` (`_end`)."""
         for p, kw in ended:
             with self._as(p):
                 p.phases.resume()
-                if isinstance(kw, dict):
-                    self._end(p, kw, out)
-                else:
-                    self._finish(p, in_stage=True)
-                    out[id(p)] = kw
+                self._end(p, kw, out)
 
-    def _end(self, p: Prepared, kw: dict, out: dict) -> None:
-        """A member's Verdict into `out`, its worker gone (`_finish`)."""
+    def _end(self, p: Prepared, kw: dict | BaseException, out: dict) -> None:
+        """A member's Verdict (from its fields `kw`) or the exception that ended it into `out`, its worker gone."""
         self._finish(p, in_stage=True)
-        out[id(p)] = self._verdict(p, kw)
+        out[id(p)] = self._verdict(p, kw) if isinstance(kw, dict) else kw
 
     def _group_rounds(self, task, ref, members: list[_Member], kind: str) -> None:
         """Rounds of eager calls (`kind` "time") or graph replays ("graph") of the reference and every member still
@@ -182,12 +177,11 @@ class GroupTiming:
         eager = kind == "time"
         bounds = self._latency_bounds() if eager else {"least": self._graph_least()}
         most = min(bounds.get("most") or self._round_limit(), self._round_limit())
-        accs = {id(m): (m.acc if eager else m.graphs) for m in members}
-        shape = accs[id(members[0])]["shape"]
+        shape = members[0].rounds(kind)["shape"]  # one dict for all, its first round's update read by the next
         seed = members[0].acc["seed"] if eager else secrets.randbits(62)
         for r in range(most):
             live = [m for m in members if m.aborted is None and (eager or m.replayed) and not self._precise_enough(
-                accs[id(m)]["ref_r"], accs[id(m)]["cand_r"], bounds.get("precision"), bounds.get("least"))]
+                m.rounds(kind)["ref_r"], m.rounds(kind)["cand_r"], bounds.get("precision"), bounds.get("least"))]
             if not live:
                 break
             t0 = time.monotonic()

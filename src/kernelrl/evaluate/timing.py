@@ -182,7 +182,7 @@ class TimedRounds:
         With `compare_compile`, the torch.compile'd reference is replayed too (its time is None when it
         cannot be captured)."""
         cfg = self.config
-        acc = {"ref_s": [], "cand_s": [], "ref_r": [], "cand_r": []}
+        acc = self._replays()
         comp_s = []
         compiled = cfg.compare_compile if compiled is None else compiled
         seed = secrets.randbits(62)
@@ -208,6 +208,11 @@ class TimedRounds:
                 else:
                     comp_s += kh["times_us"]
         return self._graph_timings(acc, comp_s)
+
+    @staticmethod
+    def _replays(shape: dict | None = None) -> dict:
+        """Empty graph-replay rounds (`_graph_round` fills them), with the round's calls and warm-up where given."""
+        return {"ref_s": [], "cand_s": [], "ref_r": [], "cand_r": [], "shape": shape or {}}
 
     def _graph_least(self) -> int:
         """The fewest graph-replay rounds: `graph_rounds`, or the fixed rounds a timing_precision of 0 asks for."""

@@ -196,12 +196,11 @@ class RedTeam:
             with ProbeWorker(st.task, cfg.device, cfg.cache_path, cfg.timeout_s, cfg.confine,
                              cfg.memory_limit_gb) as probe:
                 profile, found = audit_task(st.task, probe, record["policy"])
-            record.update(profile=profile.to_dict(), findings=[f.to_dict() for f in found], audit_version=AUDIT_VERSION)
+            record.update(profile=profile.to_dict(), findings=[f.to_dict() for f in found])
         except ProbeError as e:
-            record.update(profile=None, findings=[Finding("reference_fails", str(e)[:1000]).to_dict()],
-                          audit_version=AUDIT_VERSION)
+            record.update(profile=None, findings=[Finding("reference_fails", str(e)[:1000]).to_dict()])
         # how long it took, and when it ended: on CUDA the next task's templates wait for it
-        record.update(seconds=round(time.monotonic() - t0, 3), at=round(time.time(), 3))
+        record.update(seconds=round(time.monotonic() - t0, 3), at=round(time.time(), 3), audit_version=AUDIT_VERSION)
         self.record(record)
         return record
 

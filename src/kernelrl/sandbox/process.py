@@ -254,20 +254,21 @@ class Worker:
                 self.proc.kill()
         return running
 
-    def pause(self, stop: bool) -> None:
+    def pause(self, stop: bool, wait: bool = True) -> None:
         """Stop (SIGSTOP) or continue (SIGCONT) the worker's whole process session; nothing once it has ended (its
-        process reaped, so that its group id is not another's)."""
+        process reaped, so that its group id is not another's). A stop returns once the worker's threads have
+        stopped (`wait_stopped`), unless `wait` is False (the caller waits, having stopped several at once)."""
         if self.proc.poll() is None:
             try:
                 os.killpg(self.proc.pid, signal.SIGSTOP if stop else signal.SIGCONT)
             except (ProcessLookupError, PermissionError):
                 return
-            if stop:
-                self._stopped(self.STOP_WAIT_S)
+            if stop and wait:
+                self.wait_stopped(self.STOP_WAIT_S)
 
     STOP_WAIT_S = 0.1  # the longest `pause` waits for the worker's threads to stop
 
-    def _stopped(self, most: float) -> bool:
+    def wait_stopped(self, most: float) -> bool:
         """Wait (at most `most` s) until every thread of the worker's process has stopped: a stop signal takes
         effect when each thread next runs, so one that was running goes on for a moment after it is sent. False
         where one still runs then (or /proc cannot tell)."""
