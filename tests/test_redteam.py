@@ -98,6 +98,10 @@ def test_report_only_writes_the_report_of_a_journal_and_judges_nothing(normal_ru
     assert (copy / JOURNAL).read_text() == lines
     missing = redteam(out.parent / "tasks", "--out", tmp_path / "none", "--report-only", "--device", "cuda")
     assert missing.exit_code == 2 and "no journal at" in missing.output
+    other = {"strict": "kernelbench", "kernelbench": "strict"}[policy]  # none of its records would count: refused
+    for args in (["--policy", other, "--device", "cpu"], ["--policy", policy, "--device", "cuda"]):
+        wrong = redteam(out.parent / "tasks", *args, "--out", copy, "--report-only")
+        assert wrong.exit_code == 2 and f"it holds --policy {policy} --device cpu" in wrong.output, wrong.output
 
 
 def test_redo_drops_a_tasks_records_and_cases_and_judges_it_again(tmp_path):

@@ -102,6 +102,8 @@ def redteam_command(
     journal = Journal(out / JOURNAL)
     if report_only and not journal.path.exists():
         _fail(f"--report-only: no journal at {journal.path}")
+    if report_only:
+        _check_journal_matches(journal, policy, devices[0].split(":")[0])
     if redo:
         if not resume or report_only:
             _fail("--redo needs --resume (and judges, so not with --report-only)")
@@ -219,6 +221,14 @@ def _devices(values: list[str]) -> list[str]:
     import torch
 
     return [f"cuda:{i}" for i in range(torch.cuda.device_count())] if torch.cuda.is_available() else ["cpu"]
+
+
+def _check_journal_matches(journal: Journal, policy: str, device_type: str) -> None:
+    """A report of a journal judged under another policy or device type would find none of its records: say so."""
+    runs = {(r["policy"], r["device_type"]) for r in journal.load().values()}
+    if runs and (policy, device_type) not in runs:
+        held = ", ".join(f"--policy {p} --device {d}" for p, d in sorted(runs))
+        _fail(f"--report-only: {journal.path} holds no records under --policy {policy} on {device_type}; it holds {held}")
 
 
 def _fail(message: str, code: int = 2):
