@@ -122,7 +122,8 @@ with lzma.open(sys.argv[1]) as f, open(sys.argv[2], 'wb') as g: shutil.copyfileo
                  $(for l in ${LEVEL:-}; do echo --level "$l"; done) 2>&1 | tail -6
                python3 benchmarks/bench_runs.py "$run" --corpus "$run/corpus.json" --out "$run/rate.md" && cat "$run/rate.md";;
     serve_grpo) corpus=$(mktemp -d)
-                python3 benchmarks/real_corpus.py "${KB:-.kb/suite}" "$corpus" --per-task 8 --seed "${SEED:-0}"
+                python3 benchmarks/real_corpus.py "${KB:-.kb/suite}" "$corpus" --per-task 8 --seed "${SEED:-0}" \
+                  --every "${EVERY:-1}"
                 timeout $((STEP_S - 20)) python3 benchmarks/serve_grpo.py "${KB:-.kb/suite}" "$corpus" "$RES/serve_grpo" \
                   --device cuda --time-limit $((STEP_S - ${DRAIN_S:-240})) --stop-after $((STEP_S - 60)) \
                   ${GROUP:+--group "$GROUP"} 2>&1 | tail -8;;

@@ -1,6 +1,7 @@
 """Candidates of one task judged together (`Evaluator.judge_group`, `LocalScheduler(group=N)`, `bench --group`):
 the verdicts they get alone, the reference timed once a round beside every member, each member's worker stopped
 while another is timed."""
+import time
 from pathlib import Path
 
 import pytest
@@ -102,6 +103,32 @@ def test_a_scheduler_judges_waiting_jobs_of_one_task_together(tmp_path, task, mo
     assert max(sizes, default=1) >= 2, sizes
     with pytest.raises(ValueError, match="group must be at least 1"):
         LocalScheduler(EvalConfig(**FAST), ("cpu",), group=0)
+
+
+def test_while_a_group_is_judged_the_lanes_go_on_preparing_as_many_as_they_would_beside_one_job(tmp_path, task,
+                                                                                                 monkeypatch):
+    """A group's members all count as ahead of the device while they are judged: the room for more must count them
+    too, or the lanes stop while a group is judged and the next group is not prepared when it ends."""
+    beside = []
+    group = Evaluator.judge_group
+
+    def spy(self, ps):
+        if len(ps) == 4 and not beside:
+            dev = s._devices[0]
+            end = time.monotonic() + 30
+            while dev.ahead - len(ps) < 4 and time.monotonic() < end:  # the lookahead's 4 prepared beside the group
+                time.sleep(0.05)
+            beside.append(dev.ahead - len(ps))
+        return group(self, ps)
+
+    monkeypatch.setattr(Evaluator, "judge_group", spy)
+    slow = Candidate.from_source((DATA / "correct.py").read_text().replace(
+        "    def forward(self, x):\n", "    def forward(self, x):\n        __import__('time').sleep(0.15)\n"))
+    with LocalScheduler(EvalConfig(cache_dir=str(tmp_path), **FAST), ("cpu",), group=4, cpu_workers=2) as s:
+        first = s.submit(task, slow)  # judged alone while the next four are prepared
+        rest = [s.submit(task, c) for c in candidates(["correct"] * 12)]
+        assert first.result().status == "ok" and all(f.result().status == "ok" for f in rest)
+    assert beside and beside[0] >= 4, beside  # before, the room counted one job judged: 3 at most
 
 
 @pytest.mark.parametrize("command", ["bench", "serve"])

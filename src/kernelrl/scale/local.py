@@ -71,9 +71,10 @@ def cpu_lanes(lookahead: int, n_dev: int, cores: int | None = None) -> int:
     return max(lookahead * n_dev, min(cores * 3 // 4, LANES_PER_DEVICE * n_dev))
 
 
-def ahead_per_device(lookahead: int, lanes: int, n_dev: int) -> int:
-    """Jobs a device may have ahead: `lookahead` waiting, its share of `lanes` being prepared, one being judged."""
-    return lookahead + -(-lanes // n_dev) + 1
+def ahead_per_device(lookahead: int, lanes: int, n_dev: int, judged: int = 1) -> int:
+    """Jobs a device may have ahead: `lookahead` waiting, its share of `lanes` being prepared, and `judged` being
+    judged (a group's members are judged together: while they are, the lanes go on preparing the next ones)."""
+    return lookahead + -(-lanes // n_dev) + judged
 
 
 class LocalScheduler:
@@ -111,7 +112,7 @@ class LocalScheduler:
         self._t0 = time.monotonic()
         n_dev = len(self._devices)
         n_cpu = cpu_workers or cpu_lanes(lookahead, n_dev)
-        self._max_ahead = ahead_per_device(lookahead, n_cpu, n_dev)
+        self._max_ahead = ahead_per_device(lookahead, n_cpu, n_dev, group)
         self._threads = [threading.Thread(target=self._cpu_stage, name=f"prepare-{i}", daemon=True)
                          for i in range(n_cpu)]
         self._threads += [threading.Thread(target=self._gpu_stage, args=(dev,), name=f"judge-{dev.key}",
