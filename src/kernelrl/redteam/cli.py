@@ -102,8 +102,6 @@ def redteam_command(
     journal = Journal(out / JOURNAL)
     if report_only and not journal.path.exists():
         _fail(f"--report-only: no journal at {journal.path}")
-    if report_only:
-        _check_journal_matches(journal, policy, devices[0].split(":")[0])
     if redo:
         if not resume or report_only:
             _fail("--redo needs --resume (and judges, so not with --report-only)")
@@ -115,6 +113,8 @@ def redteam_command(
                 shutil.rmtree(out / r["case"], ignore_errors=True)
     if reaudit and (not resume or report_only):
         _fail("--reaudit needs --resume (and audits, so not with --report-only)")
+    if report_only:
+        _check_journal_matches(journal, policy, devices[0].split(":")[0])
     if not resume and not report_only:
         journal.reset()
         shutil.rmtree(out / "cases", ignore_errors=True)
