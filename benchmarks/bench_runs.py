@@ -6,7 +6,8 @@ Each RUN is a `kernelrl bench --out` folder: its `runs.jsonl` (one line per run 
 tasks without a verdict by status) and its `results.jsonl` (one verdict per task, with the seconds of each phase;
 `results.jsonl.gz` in a folder kept under benchmarks/results/).
 For each RUN (and each level of it, with `--by-level`) one row: tasks, the summed wall clock of its runs and the
-rate it gives (tasks without a verdict named beside it), the mean seconds a task of each GPU-stage phase
+rate it gives (tasks without a verdict named beside it), the devices' busy share (and the host's CPU busy share, where
+the runs read it), the mean seconds a task of each GPU-stage phase
 (correctness, alone: the wait for the device to itself before timing, timing, graphs, finish) and of the stage,
 the rate the stage alone bounds, the range and median of the speedups of `ok` verdicts, and how many tasks ran 60 or more graph replays a side (the adaptive rounds went on
 because the two sides' medians were not yet precise enough). Rows for a level leave the wall clock out: a run's
@@ -62,6 +63,8 @@ def summarise(rows: list[TaskResult], runs: list[dict] | None) -> dict:
         spans = [(statistics.fmean(d.values()), r["wall_s"]) for r in runs if (d := r.get("device_busy"))]
         span = sum(w for _, w in spans)
         out["busy_share"] = sum(b * w for b, w in spans) / span if span > 0 else None
+        cpu = [(r["cpu_busy"], r["wall_s"]) for r in runs if r.get("cpu_busy") is not None]  # runs that read it
+        out["cpu_busy"] = sum(b * w for b, w in cpu) / sum(w for _, w in cpu) if cpu else None
     return out
 
 
@@ -86,6 +89,8 @@ def table(named: list[tuple[str, dict]]) -> str:
                 wall += "; not judged: " + ", ".join(f"{n} {status}" for status, n in s["unjudged"].items())
         busy = "" if not s.get("busy") else (f"{s['busy'][0]:.0%}" if s["busy"][0] == s["busy"][1]
                                               else f"{s['busy_share']:.1%} ({s['busy'][0]:.0%}–{s['busy'][1]:.0%})")
+        if s.get("cpu_busy") is not None:  # the host's cores, every process on them: near 100% when they bound it
+            busy += f"; CPU {s['cpu_busy']:.0%}"
         sp = "" if not s["speedups"] else "{:.3f}, {:.3f}, {:.3f}".format(*s["speedups"])
         lines.append(f"| {name} | {s['tasks']} | {wall} | {f(s.get('per_hour'), '.0f')} | {busy} | "
                      + " | ".join(f(s[p], ".2f") for p in PHASES)

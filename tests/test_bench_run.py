@@ -4,6 +4,7 @@ tests/data/bench holds five tasks: a correct candidate far faster than its (Pyth
 candidate 50x slower than its reference, a wrong one, one that does not compile and a task without one.
 """
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -246,6 +247,18 @@ def test_a_runs_line_rates_judged_tasks_only_and_counts_missing_and_invalid_cand
     # wall_s is rounded to 0.1 s: the rate from it is within that rounding of the one recorded
     assert 3600 / (line["wall_s"] + 0.05) <= line["per_hour"] <= 3600 / max(line["wall_s"] - 0.05, 1e-9)
     assert "kernelbench_rule" not in line  # a strict run
+    # the host's CPU over the run (every process on the cores this one may use): it judged on them, so not idle
+    assert 0 < line["cpu_busy"] <= 1 and line["cores"] == len(os.sched_getaffinity(0))
+
+
+def test_cpu_busy_is_the_busy_share_of_the_cores_time_between_two_readings():
+    from kernelrl.bench.runs import cpu_busy, cpu_times
+
+    before, after = {0: (1.0, 10.0), 1: (2.0, 10.0)}, {0: (6.0, 20.0), 1: (2.0, 20.0), 2: (9.0, 9.0)}
+    assert cpu_busy(before, after) == 0.25  # core 0 busy half its 10 s, core 1 idle; core 2 not read before
+    assert cpu_busy(before, before) is None
+    now = cpu_times()
+    assert set(now) == set(os.sched_getaffinity(0)) and all(0 <= b <= t for b, t in now.values())
 
 
 @pytest.mark.parametrize("group", [1, 3])

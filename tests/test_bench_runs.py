@@ -34,7 +34,7 @@ def test_the_rate_is_all_slices_tasks_over_their_summed_wall_and_the_phases_are_
     run = write_run(tmp_path / "run", [verdict_row("level1/a", "level1", 0.99, 2.0, 3.0, replays=75),
                                        verdict_row("level1/b", "level1", 1.01, 4.0, 1.0),
                                        verdict_row("level2/c", "level2", 1.00, 0.5, 2.0, replays=60)],
-                    [{"wall_s": 20.0, "tasks": 2, "judged": 2, "device_busy": {"cuda": 0.9}},
+                    [{"wall_s": 20.0, "tasks": 2, "judged": 2, "device_busy": {"cuda": 0.9}, "cpu_busy": 0.5},
                      {"wall_s": 16.0, "tasks": 2, "judged": 1, "device_busy": {"cuda": 0.8}}])  # one had no candidate
     s = bench_runs.summarise(*bench_runs.load(run))
     assert s["per_hour"] == pytest.approx(3600 * 3 / 36.0)  # judged ones only; not the mean of the slices' rates
@@ -43,6 +43,8 @@ def test_the_rate_is_all_slices_tasks_over_their_summed_wall_and_the_phases_are_
     assert s["stage_per_hour"] == pytest.approx(3600 * 3 / 17.0)
     assert s["speedups"] == (0.99, 1.00, 1.01) and s["long_graphs"] == 2 and s["busy"] == (0.8, 0.9)
     assert s["busy_share"] == pytest.approx((0.9 * 20 + 0.8 * 16) / 36)  # slices weighted by their wall clock
+    assert s["cpu_busy"] == 0.5  # over the slices that read the host's CPU only
+    assert "; CPU 50% |" in bench_runs.table([("run", s)])
 
 
 def test_a_level_row_leaves_the_wall_clock_out_and_failed_verdicts_out_of_the_speedups(tmp_path, capsys):

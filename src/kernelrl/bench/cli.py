@@ -78,7 +78,7 @@ def bench_command(
     from kernelrl.bench.report import summary_dict, write_report
     from kernelrl.bench.resume import RESULTS_FILE, ResultLog, result_key
     from kernelrl.bench.runner import BenchConfig, run_suite
-    from kernelrl.bench.runs import append_run, run_record
+    from kernelrl.bench.runs import append_run, cpu_busy, cpu_times, run_record
     from kernelrl.bench.suite import SuiteError, discover, select_levels
     from kernelrl.evaluate import EvalConfig, EvaluationError, check_device
     from kernelrl.scale.ray_backend import RayUnavailable  # imports Ray only when a RayScheduler is made
@@ -151,7 +151,7 @@ def bench_command(
             seen[:] = [s]
             progress.update(bar, load=scheduler_line(s))
 
-        t0, started = time.monotonic(), time.strftime("%Y-%m-%dT%H:%M:%S")
+        t0, started, cpu0 = time.monotonic(), time.strftime("%Y-%m-%dT%H:%M:%S"), cpu_times()
         interrupted = False
         try:  # a run stopped by SIGTERM (as `timeout` stops it) or Ctrl-C still records what it judged
             with _terminate_as_interrupt():
@@ -163,6 +163,7 @@ def bench_command(
             fresh_results, interrupted = list(finished), True
     if out is not None and fresh_results:
         record = run_record(started, time.monotonic() - t0, fresh_results, seen[0].device_busy if seen else {})
+        record.update(cpu_busy=cpu_busy(cpu0, cpu_times()), cores=len(cpu0))
         if group > 1:
             record["group"] = group
         append_run(out, dict(record, interrupted=True) if interrupted else record)

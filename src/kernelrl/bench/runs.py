@@ -3,7 +3,10 @@ fractions, so rates over several `--resume` runs of one suite come from the line
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
+
+import psutil
 
 from kernelrl.bench.metrics import kernelbench_rule
 from kernelrl.bench.result import TaskResult
@@ -29,6 +32,25 @@ def run_record(started: str, wall_s: float, results: list[TaskResult], device_bu
     if rule is not None:
         record["kernelbench_rule"] = rule
     return record
+
+
+def cpu_times() -> dict[int, tuple[float, float]]:
+    """(busy, total) seconds of each core this process may run on, since boot: `cpu_busy` compares two."""
+    allowed = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
+    out = {}
+    for i, t in enumerate(psutil.cpu_times(percpu=True)):
+        if allowed is None or i in allowed:
+            total = sum(t)
+            out[i] = (total - t.idle - getattr(t, "iowait", 0.0), total)
+    return out
+
+
+def cpu_busy(before: dict[int, tuple[float, float]], after: dict[int, tuple[float, float]]) -> float | None:
+    """The share of the cores' time, between two `cpu_times`, spent busy (every process on them, not only this
+    one's): near 1 when the host's CPUs, not its lanes or its devices, bound a run. None over no time."""
+    busy = sum(after[i][0] - before[i][0] for i in before if i in after)
+    total = sum(after[i][1] - before[i][1] for i in before if i in after)
+    return round(busy / total, 3) if total > 0 else None
 
 
 def append_run(out: Path, record: dict) -> Path:
