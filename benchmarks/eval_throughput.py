@@ -29,7 +29,7 @@ from kernelrl.task import Candidate, Task, identity_candidate
 
 # the CPU stage (the first call, with its `compiling`, is made there, beside the GPU stage) and the wait; the rest
 # is GPU stage
-GPU_PHASES_NOT = ("reference", "start_and_build", "first_call", "compiling", "waited")
+GPU_PHASES_NOT = ("reference", "start_and_build", "first_call", "compiling", "first_call_wait", "waited")
 
 # A load_inline extension `ext` whose `run(x)` writes {expr} of every element v of a float32 CUDA tensor x into a
 # new tensor (kernel {kernel}, extension {ext}); real_corpus.py builds its CUDA candidates on it too.

@@ -1,6 +1,8 @@
 """A candidate's first call made while it is prepared (`Evaluator._first_call`) and trials that ran out of memory
 beside other work judged again alone, exercised on the CPU: the evaluator is let share its device as it shares a
 GPU (`gpulock`), with room on it for every fixture's trials."""
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -37,6 +39,31 @@ def test_a_candidates_first_call_is_made_while_it_is_prepared_and_its_trials_jud
     assert v.status == "ok", v.message
     assert "first_call" in v.phases and v.error.trials == 3 + 1
     assert "compiling" not in v.phases  # it compiles nothing: the device stays held for the whole call
+    assert "first_call_wait" not in v.phases  # nothing else held the device
+
+
+def test_the_time_a_first_call_waits_while_the_device_is_timed_alone_is_its_own_part_of_first_call(ev, task):
+    """A first call waits while a GPU stage holds the device alone (a group's shared rounds hold it for seconds):
+    that wait holds its CPU lane, and the phases say how long (`first_call_wait`, part of `first_call`)."""
+    correct = Candidate.from_file(DATA / "eval" / "correct.py")
+    assert ev.evaluate(task, correct).status == "ok"  # its reference kept: the next one starts nothing
+    held = threading.Event()
+
+    def time_alone():
+        with ev._gpu.exclusive():
+            held.set()
+            time.sleep(0.5)
+
+    timing = threading.Thread(target=time_alone)
+    timing.start()
+    held.wait()
+    p = ev.prepare(task, correct)
+    timing.join()
+    try:
+        phases = dict(p.phases.seen)
+    finally:
+        ev.release(p)
+    assert 0.3 <= phases["first_call_wait"] <= phases["first_call"], phases
 
 
 def test_a_first_call_gives_the_device_back_while_torch_compile_compiles(tmp_path, task, monkeypatch):

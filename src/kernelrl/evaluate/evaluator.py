@@ -169,11 +169,14 @@ class Evaluator(CandidateWorkers, ReferencePool, Trials, TimedRounds, Integrity,
         this one is skipped."""
         if not self.config.early_first_call or p.state.get("stateful") or not self._calls_beside(p.state):
             return
+        hold = None
         try:
             with self._gpu.beside() as hold:
                 self._gated_call(p, hold, left(self.FIRST_CALL_S))
         except Aborted:
             self._renew_candidate(p, left)
+        if hold is not None and hold.waited_s >= 0.001:  # the part of it that waited for the device (`gpulock`)
+            p.phases.seen["first_call_wait"] = round(hold.waited_s, 3)
         p.phases.mark("first_call")
 
     def _gated_call(self, p: Prepared, hold, timeout: float) -> None:

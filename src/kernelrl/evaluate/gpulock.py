@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import time
 
 
 _LOCKS: dict[tuple[str, int], "DeviceLock"] = {}
@@ -140,16 +141,20 @@ class Beside:
 
     def __init__(self, lock: DeviceLock):
         self._lock, self._mode = lock, None
+        self.waited_s = 0.0  # the seconds its takes waited: for a place, or while the device was held alone
 
     def take(self) -> None:
         """Hold the device again (waits as `beside` does); nothing where it is held."""
         if self._mode is None:
+            t = time.monotonic()
             self._lock._beside.acquire()
             try:
                 self._mode = self._lock._acquire(True)
             except BaseException:
                 self._lock._beside.release()
                 raise
+            finally:
+                self.waited_s += time.monotonic() - t
 
     def give_back(self) -> None:
         """Let the device go, place and hold; nothing where it is not held."""
