@@ -4,7 +4,8 @@ A pool of `cpu_workers` CPU-stage threads prepares jobs (`Evaluator.prepare`: ch
 and builds) while fewer than `lookahead` prepared jobs wait for their device; one GPU-stage thread per device
 judges whichever prepared job is ready first (`Evaluator.judge`), so a slow build never holds the device up
 while another job is ready. Each started worker holds a CUDA context (about 0.5 GB): a device has at most
-`lookahead` prepared jobs waiting plus its share of the jobs being prepared.
+`lookahead` prepared jobs waiting plus its share of the jobs being prepared and those being judged (a group's
+members together).
 """
 from __future__ import annotations
 
