@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from bench_runs import load  # noqa: E402
+from bench_runs import load
 
 CPU = ("reference", "start_and_build", "first_call")  # `compiling` and `first_call_wait` are parts of `first_call`
 GPU = ("correctness", "alone", "timing", "graphs", "recheck", "finish")

@@ -2,11 +2,11 @@
 import json
 
 import pytest
-
-from kernelrl.bench.resume import RESULTS_FILE, ResultLog
-from kernelrl.bench.result import TaskResult
-from kernelrl.verdict import Verdict
 from scripts import load_script
+
+from kernelrl.bench.result import TaskResult
+from kernelrl.bench.resume import RESULTS_FILE, ResultLog
+from kernelrl.verdict import Verdict
 
 replay = load_script("pipeline_replay")
 
