@@ -40,7 +40,7 @@ def cpu_times() -> dict[int, tuple[float, float]]:
     out = {}
     for i, t in enumerate(psutil.cpu_times(percpu=True)):
         if allowed is None or i in allowed:
-            total = sum(t)
+            total = sum(t) - getattr(t, "guest", 0.0) - getattr(t, "guest_nice", 0.0)  # Linux counts those in user
             out[i] = (total - t.idle - getattr(t, "iowait", 0.0), total)
     return out
 
