@@ -21,10 +21,10 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from bench_runs import load
+from bench_runs import PHASES, load
 
 CPU = ("reference", "start_and_build", "first_call")  # `compiling` and `first_call_wait` are parts of `first_call`
-GPU = ("correctness", "alone", "timing", "graphs", "recheck", "finish")
+GPU = PHASES + ("recheck",)  # all of the GPU stage: bench_runs' table leaves the re-measurement out
 
 
 def jobs_of(rows) -> list[tuple[str, float, float]]:

@@ -19,7 +19,7 @@ from rich.table import Table
 
 from kernelrl.bench.metrics import FAST_P, Summary, best_of_samples_line, kernelbench_rule_line
 from kernelrl.bench.result import BASELINES, TaskResult
-from kernelrl.scale import RAY_HELP
+from kernelrl.scale import RAY_HELP, check_group
 from kernelrl.task import POLICY_HELP
 
 err = Console(stderr=True, width=max(Console(stderr=True).width, 132))
@@ -92,8 +92,10 @@ def bench_command(
         _fail(f"--cpu-lanes must be at least 1, not {cpu_lanes}")
     if cpu_lanes is not None and ray is not None:
         _fail("--cpu-lanes sets this machine's lanes; with --ray each GPU's actor sets its own: leave one out")
-    if group < 1 or (group > 1 and ray is not None):
-        _fail(f"--group must be at least 1, and 1 with --ray (each GPU's actor judges alone), not {group}")
+    try:
+        check_group(group, ray)
+    except ValueError as e:
+        _fail(f"--{e}")
     if time_limit is not None and time_limit <= 0:
         _fail("--time-limit must be positive")
     if resume and out is None:

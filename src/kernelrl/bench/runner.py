@@ -11,7 +11,7 @@ from kernelrl.bench.baselines import BaselineCache, environment_key
 from kernelrl.bench.result import BASELINES, TaskResult, from_verdict
 from kernelrl.bench.suite import Suite, SuiteTask
 from kernelrl.evaluate import EvalConfig, EvaluationError, Evaluator, check_device
-from kernelrl.scale import SchedulerStats
+from kernelrl.scale import SchedulerStats, check_group
 from kernelrl.task import Candidate, Task, TaskError
 from kernelrl.verdict import Timing, Verdict
 
@@ -38,8 +38,7 @@ class BenchConfig:
             raise ValueError("no devices to run on")
         if self.cpu_lanes is not None and self.ray:
             raise ValueError("cpu_lanes sets this machine's lanes; on Ray each GPU's actor sets its own")
-        if self.group < 1 or (self.group > 1 and self.ray):
-            raise ValueError(f"group must be at least 1 (and 1 on Ray), not {self.group}")
+        check_group(self.group, self.ray)
 
 
 def run_suite(suite: Suite, config: BenchConfig, cache: BaselineCache | None = None,
@@ -66,9 +65,8 @@ def run_suite(suite: Suite, config: BenchConfig, cache: BaselineCache | None = N
     todo = iter(enumerate(suite.tasks))
     stopped = threading.Event()  # set once the caller stops the run
     lanes = {"cpu_workers": config.cpu_lanes} if config.cpu_lanes else {}
-    if config.group > 1:
-        lanes["group"] = config.group
-    with make_scheduler(config.eval, config.devices, ray=config.ray, lookahead=config.lookahead, **lanes) as scheduler:
+    with make_scheduler(config.eval, config.devices, ray=config.ray, group=config.group, lookahead=config.lookahead,
+                        **lanes) as scheduler:
         ev = _Scheduled(scheduler, config)
         env = environment_key(config.devices[0], config.eval) if not config.ray else ""  # no cache with Ray
 

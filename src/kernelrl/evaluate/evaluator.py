@@ -384,7 +384,7 @@ class Evaluator(CandidateWorkers, ReferencePool, Trials, TimedRounds, Integrity,
 
     def _timed(self, p: Prepared, measured: tuple | None = None) -> dict:
         """The rest of a job's GPU stage, the device held alone: its timing (or `measured`, the eager timings and
-        graph replays a group's timing gave it, `_group_timing`), the integrity report, the re-measurement of a
+        graph replays a group's timing gave it, `judge_group`), the integrity report, the re-measurement of a
         large speedup; its Verdict fields."""
         cfg = self.config
         task, candidate, ref, state, cand, left = p.task, p.candidate, p.ref, p.state, p.cand, p.left

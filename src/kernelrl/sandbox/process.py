@@ -32,6 +32,12 @@ _ENV_ALLOW = ("PATH", "LD_LIBRARY_PATH", "LANG", "LC_ALL", "LC_CTYPE", "TERM", "
               "NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS")
 
 
+def _thread_state(stat: str) -> str:
+    """A thread's state letter from its /proc stat file (R running, S sleeping, T stopped ...)."""
+    with open(stat) as f:
+        return f.read().rsplit(")", 1)[1].split()[0]
+
+
 class WorkerError(RuntimeError):
     """The worker did not answer: it died, hung, or sent something malformed."""
 
@@ -276,7 +282,7 @@ class Worker:
         end = time.monotonic() + most
         while True:
             try:
-                states = [open(f"{tasks}/{t}/stat").read().rsplit(")", 1)[1].split()[0] for t in os.listdir(tasks)]
+                states = [_thread_state(f"{tasks}/{t}/stat") for t in os.listdir(tasks)]
             except OSError:  # gone, or no /proc
                 return False
             if all(s in "TtZX" for s in states):

@@ -61,13 +61,22 @@ RAY_HELP = ('judge on a Ray cluster, one evaluator per GPU: "auto" (the cluster 
             'local one) or the head\'s address (host:6379, ray://host:10001); needs pip install "kernelrl[ray]"')
 
 
-def make_scheduler(config, devices=("cpu",), ray: str | None = None, **kw) -> Scheduler:
-    """A LocalScheduler on this machine's `devices`; with `ray` ("auto" or a cluster address) a RayScheduler on
-    the cluster's GPUs (RayUnavailable, naming `pip install "kernelrl[ray]"`, where Ray is not installed)."""
+def check_group(group: int, ray: str | None = None) -> None:
+    """Refuse a group (candidates of one task judged together) below 1, or above 1 on Ray, whose GPU actors judge
+    one job at a time: ValueError, its message fit to follow "--" in a command's error."""
+    if group < 1 or (group > 1 and ray is not None):
+        raise ValueError(f"group must be at least 1, and 1 with --ray (each GPU's actor judges alone), not {group}")
+
+
+def make_scheduler(config, devices=("cpu",), ray: str | None = None, group: int = 1, **kw) -> Scheduler:
+    """A LocalScheduler on this machine's `devices`, judging up to `group` waiting jobs of one task together; with
+    `ray` ("auto" or a cluster address) a RayScheduler on the cluster's GPUs (RayUnavailable, naming
+    `pip install "kernelrl[ray]"`, where Ray is not installed)."""
+    check_group(group, ray)
     if ray is None:
         from kernelrl.scale.local import LocalScheduler
 
-        return LocalScheduler(config, devices, **kw)
+        return LocalScheduler(config, devices, group=group, **kw)
     from kernelrl.scale.ray_backend import RayScheduler  # imports ray only when it is asked for
 
     return RayScheduler(config, address=ray, **kw)

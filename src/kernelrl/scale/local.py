@@ -18,7 +18,7 @@ from concurrent.futures import Future
 
 from kernelrl.evaluate import EvalConfig, Evaluator
 from kernelrl.evaluate.evaluator import Prepared
-from kernelrl.scale import SchedulerStats
+from kernelrl.scale import SchedulerStats, check_group
 from kernelrl.task import Candidate, Task
 from kernelrl.verdict import Timing, Verdict
 
@@ -88,8 +88,7 @@ class LocalScheduler:
             raise ValueError("no devices to run on")
         if lookahead < 1:
             raise ValueError(f"lookahead must be at least 1, not {lookahead}")
-        if group < 1:
-            raise ValueError(f"group must be at least 1, not {group}")
+        check_group(group)
         # group > 1: a device judges up to that many prepared jobs of one task together (`Evaluator.judge_group`),
         # as many as are waiting when it starts them; that many may wait
         self.group = group

@@ -11,7 +11,7 @@ from typing import List, Optional
 import typer
 import uvicorn  # the `serve` extra: imported here so `kernelrl serve` without it names the extra to install
 
-from kernelrl.scale import RAY_HELP
+from kernelrl.scale import RAY_HELP, check_group
 from kernelrl.scale.ray_backend import RayUnavailable  # imports Ray only when a RayScheduler is made
 
 TOKEN_ENV = "KERNELRL_API_TOKEN"
@@ -52,8 +52,10 @@ def serve_command(
         fail("--port must be 0..65535, --max-body and --report-every positive, --window not negative")
     if timeout <= 0 or trials < 1 or rounds < 1 or calls < 1 or max_rounds < 1 or precision < 0:
         fail("--timeout, --trials, --rounds, --calls and --max-rounds must be positive, --precision not negative")
-    if group < 1 or (group > 1 and ray is not None):
-        fail(f"--group must be at least 1, and 1 with --ray (each GPU's actor judges alone), not {group}")
+    try:
+        check_group(group, ray)
+    except ValueError as e:
+        fail(f"--{e}")
 
     from kernelrl.evaluate import EvalConfig, EvaluationError
     from kernelrl.serve.jobs import JobStore, JobStoreError
@@ -84,7 +86,7 @@ def _service(jobs, config, devices: tuple[str, ...], tasks: dict, window: int, r
     from kernelrl.serve.service import Service, context_key
 
     settings = {k: v for k, v in config.to_dict().items() if k not in ("device", "cache_dir", "policy")}
-    scheduler = make_scheduler(config, devices, ray=ray, **({"group": group} if group > 1 else {}))
+    scheduler = make_scheduler(config, devices, ray=ray, group=group)
     if ray is None:
         kind = device_kind(devices)
     else:  # verdicts come from the cluster's devices: stored answers are keyed by their hardware
