@@ -8,7 +8,8 @@ tasks without a verdict by status) and its `results.jsonl` (one verdict per task
 For each RUN (and each level of it, with `--by-level`) one row: tasks, the summed wall clock of its runs and the
 rate it gives (tasks without a verdict named beside it), the devices' busy share (and the host's CPU busy share, where
 the runs read it), the mean seconds a task of each GPU-stage phase
-(correctness, alone: the wait for the device to itself before timing, timing, graphs, finish) and of the stage,
+(correctness, alone: the wait for the device to itself before timing, timing, graphs, recheck: the re-measurement of
+speedups above 3x, finish) and of the stage,
 the rate the stage alone bounds, the range and median of the speedups of `ok` verdicts, and how many tasks ran 60 or more graph replays a side (the adaptive rounds went on
 because the two sides' medians were not yet precise enough). Rows for a level leave the wall clock out: a run's
 wall time is not split by level; so do the rows for each kind of candidate that `--corpus` gives (the corpus.json
@@ -27,7 +28,7 @@ from kernelrl.bench.result import TaskResult  # noqa: E402
 from kernelrl.bench.resume import RESULTS_FILE, kept_results  # noqa: E402
 from kernelrl.bench.runs import UNJUDGED, read_runs  # noqa: E402
 
-PHASES = ("correctness", "alone", "timing", "graphs", "finish")
+PHASES = ("correctness", "alone", "timing", "graphs", "recheck", "finish")
 LONG_GRAPH = 60  # replays a side: the adaptive rounds ran past their first pass
 
 

@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from bench_runs import PHASES, load
 
 CPU = ("reference", "start_and_build", "first_call")  # `compiling` and `first_call_wait` are parts of `first_call`
-GPU = PHASES + ("recheck",)  # all of the GPU stage: bench_runs' table leaves the re-measurement out
+GPU = PHASES  # all of the GPU stage
 
 
 def jobs_of(rows) -> list[tuple[str, float, float]]:

@@ -13,9 +13,11 @@ from scripts import load_script
 bench_runs = load_script("bench_runs")
 
 
-def verdict_row(task, level, speedup, correctness, graphs, replays=25, status="ok"):
+def verdict_row(task, level, speedup, correctness, graphs, replays=25, status="ok", recheck=0.0):
     phases = {"reference": 4.0, "start_and_build": 4.0, "correctness": correctness, "timing": 1.0, "graphs": graphs,
               "finish": 0.5}
+    if recheck:
+        phases["recheck"] = recheck
     graph = Timing(100.0, 100.0, 99.0, 101.0, 0.5, replays, "cuda_graph")
     ok = status == "ok"
     verdict = Verdict(status=status, speedup=speedup if ok else None, reference_graph=graph, phases=phases)
@@ -31,7 +33,7 @@ def write_run(path: Path, rows: list[TaskResult], runs: list[dict]) -> Path:
 
 
 def test_the_rate_is_all_slices_tasks_over_their_summed_wall_and_the_phases_are_means_a_task(tmp_path):
-    run = write_run(tmp_path / "run", [verdict_row("level1/a", "level1", 0.99, 2.0, 3.0, replays=75),
+    run = write_run(tmp_path / "run", [verdict_row("level1/a", "level1", 0.99, 2.0, 3.0, replays=75, recheck=3.0),
                                        verdict_row("level1/b", "level1", 1.01, 4.0, 1.0),
                                        verdict_row("level2/c", "level2", 1.00, 0.5, 2.0, replays=60)],
                     [{"wall_s": 20.0, "tasks": 2, "judged": 2, "device_busy": {"cuda": 0.9}, "cpu_busy": 0.5},
@@ -39,8 +41,9 @@ def test_the_rate_is_all_slices_tasks_over_their_summed_wall_and_the_phases_are_
     s = bench_runs.summarise(*bench_runs.load(run))
     assert s["per_hour"] == pytest.approx(3600 * 3 / 36.0)  # judged ones only; not the mean of the slices' rates
     assert s["correctness"] == pytest.approx(6.5 / 3) and s["graphs"] == pytest.approx(2.0)
-    assert s["stage"] == pytest.approx((6.5 + 3 + 6 + 1.5) / 3)  # correctness, timing, graphs, finish
-    assert s["stage_per_hour"] == pytest.approx(3600 * 3 / 17.0)
+    # correctness, timing, graphs, the re-measurement, finish: all of the GPU stage
+    assert s["stage"] == pytest.approx((6.5 + 3 + 6 + 3 + 1.5) / 3) and s["recheck"] == pytest.approx(1.0)
+    assert s["stage_per_hour"] == pytest.approx(3600 * 3 / 20.0)
     assert s["speedups"] == (0.99, 1.00, 1.01) and s["long_graphs"] == 2 and s["busy"] == (0.8, 0.9)
     assert s["busy_share"] == pytest.approx((0.9 * 20 + 0.8 * 16) / 36)  # slices weighted by their wall clock
     assert s["cpu_busy"] == 0.5  # over the slices that read the host's CPU only
