@@ -14,7 +14,8 @@
 #   CPU_LANES passes --cpu-lanes, BENCH_ARGS more flags.
 #   scaling: benchmarks/eval_scaling.py on 1 then 2 GPUs through Ray (carry .whl with ray); SCALE_CORPUS=real judges
 #   the real-like corpus instead of identity candidates.
-#   serve_grpo: benchmarks/serve_grpo.py, groups of 8 of that corpus through `kernelrl serve`, into res/serve_grpo;
+#   serve_grpo: benchmarks/serve_grpo.py, groups of 8 of that corpus through `kernelrl serve` (GROUPS_IN_FLIGHT at
+#   once, default 4), into res/serve_grpo;
 #   no group starts in the step's last DRAIN_S seconds (default 240), none is waited for in its last 60.
 #   redteam: `kernelrl redteam` of ${KB:-.kb/suite} under each policy of RT_POLICIES (default "strict kernelbench") into
 #   res/redteam_<policy>, resumed from what is there (or from REDTEAM_FROM/redteam_<policy>, if named, its journal
@@ -126,7 +127,7 @@ with lzma.open(sys.argv[1]) as f, open(sys.argv[2], 'wb') as g: shutil.copyfileo
                   --every "${EVERY:-1}"
                 timeout $((STEP_S - 20)) python3 benchmarks/serve_grpo.py "${KB:-.kb/suite}" "$corpus" "$RES/serve_grpo" \
                   --device cuda --time-limit $((STEP_S - ${DRAIN_S:-240})) --stop-after $((STEP_S - 60)) \
-                  ${GROUP:+--group "$GROUP"} 2>&1 | tail -8;;
+                  ${GROUP:+--group "$GROUP"} ${GROUPS_IN_FLIGHT:+--groups "$GROUPS_IN_FLIGHT"} 2>&1 | tail -8;;
     gemm) timeout "$STEP_S" python3 benchmarks/gemm_device.py --deadline $((STEP_S - 30)) --skip-smoke ${GEMM_ARGS:-} 2>&1 | tail -20
           cp "$OUT"/gemm_* "$RES"/ 2>/dev/null;;
     *) echo "unknown step $step";;
