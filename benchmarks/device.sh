@@ -11,7 +11,8 @@
 #   bench and serve --group); EVERY=K gives candidates to every K-th task only (the rest not judged, their
 #   references not timed: a sample over the levels that fits a call); LANE, where copies run side by side (one per GPU), names each one's folder; SRC
 #   names another kernelrl source tree to run (an A/B beside the working tree's, e.g. `git archive` of a commit);
-#   CPU_LANES passes --cpu-lanes, BENCH_ARGS more flags.
+#   CPU_LANES passes --cpu-lanes, BENCH_ARGS more flags; BUILD_NICE=N runs every build's compilers (ninja and what it
+#   starts) at nice N.
 #   scaling: benchmarks/eval_scaling.py on 1 then 2 GPUs through Ray (carry .whl with ray); SCALE_CORPUS=real judges
 #   the real-like corpus instead of identity candidates.
 #   serve_grpo: benchmarks/serve_grpo.py, groups of 8 of that corpus through `kernelrl serve` (GROUPS_IN_FLIGHT at
@@ -50,6 +51,10 @@ if [ -d .whl ]; then
       || echo "wheel install failed" ) 9>/tmp/.whl.lock
 fi
 export PYTHONPATH="${SRC:-$PWD/src}:/tmp/site" KERNELRL_CACHE=/tmp/kernelrl-cache${LANE:+-$LANE} PYTHONUNBUFFERED=1
+if [ -n "${BUILD_NICE:-}" ]; then  # every build's compilers at that nice value: a `ninja` first in PATH runs the real one
+  real=$(command -v ninja) && mkdir -p /tmp/nicebin && printf '#!/bin/sh\nexec nice -n %s %s "$@"\n' "$BUILD_NICE" "$real" \
+    > /tmp/nicebin/ninja && chmod +x /tmp/nicebin/ninja && export PATH="/tmp/nicebin:$PATH"
+fi
 if [ -d .kernelrl-cache/gemm ]; then  # the cuBLASLt binding links the machine's libcublasLt: built here if missing
   export KERNELRL_GEMM_BUILD="$PWD/.kernelrl-cache/gemm"
   python3 -c "import os, kernelrl.gemm.build as b; b.build_cublaslt(b.Path(os.environ['KERNELRL_GEMM_BUILD']))" \

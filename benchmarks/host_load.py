@@ -3,9 +3,10 @@
 Usage: python benchmarks/host_load.py OUT_JSONL [--interval 1.0] [--until-file PATH]     (sample until stopped)
        python benchmarks/host_load.py OUT_JSONL --summary                                  (summarise a sampling)
 
-Every interval: the busy share of the cores this process may use (every process on them, from /proc/stat), the
-core-seconds each program name spent (from each process's /proc/PID/stat; compilers by name: cicc, cudafe++,
-cc1plus, ptxas ..., Python processes as python, the `kernelrl` command's own apart; a process that ends within an interval is missed for it), and the GPU's utilisation (`nvidia-smi`, where there is one).
+Every interval: the busy share of the cores this process may use (every process on them, as `kernelrl bench`
+reads it for `runs.jsonl`'s `cpu_busy`), the core-seconds each program spent (`psutil`; compilers by name: cicc,
+cudafe++, cc1plus, ptxas ..., Python processes as python, the `kernelrl` command's own apart; a process that ends
+within an interval is missed for it), and the GPU's utilisation (`nvidia-smi`, where there is one).
 It stops on SIGTERM or SIGINT, or when `--until-file` exists. `--summary` prints, as Markdown: the seconds sampled,
 the mean busy share of the cores, the share of seconds they were 90% busy or more, the core-seconds by program, and
 the cores' busy share over the seconds the GPU was idle (utilisation under 50%) against those it was busy.
@@ -15,65 +16,35 @@ from __future__ import annotations
 import argparse
 import collections
 import json
-import os
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
-TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+import psutil
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+from kernelrl.bench.runs import cpu_busy, cpu_times  # noqa: E402
 
 
-def cores() -> list[int]:
-    try:
-        return sorted(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return list(range(os.cpu_count() or 1))
-
-
-def core_times(which: list[int]) -> tuple[int, int]:
-    """(busy, total) clock ticks of the cores `which`, summed, from /proc/stat (guest time is in user time)."""
-    busy = total = 0
-    want = {f"cpu{c}" for c in which}
-    with open("/proc/stat") as f:
-        for line in f:
-            name, *vals = line.split()
-            if name not in want:
-                continue
-            v = [int(x) for x in vals[:8]]
-            idle = v[3] + v[4]  # idle, iowait
-            total += sum(v)
-            busy += sum(v) - idle
-    return busy, total
-
-
-def process_ticks() -> dict[int, tuple[str, int]]:
-    """pid -> (program name, user + system ticks) of every process readable now."""
+def process_seconds() -> dict[tuple[int, float], tuple[str, float]]:
+    """(pid, start time) -> (program, user + system seconds) of every process readable now (`psutil`)."""
     out = {}
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
+    for proc in psutil.process_iter(["name", "cmdline", "cpu_times", "create_time"]):
+        info = proc.info
+        if info["cpu_times"] is None:  # gone, or not ours to read
             continue
-        try:
-            with open(f"/proc/{entry.name}/stat") as f:
-                raw = f.read()
-        except OSError:
-            continue
-        name = program(raw[raw.index("(") + 1:raw.rindex(")")])
-        if name == "python":  # the command the run was started with, apart from its workers and compilers
-            try:
-                with open(f"/proc/{entry.name}/cmdline", "rb") as f:
-                    if b"kernelrl.cli" in f.read():
-                        name = "python (kernelrl command)"
-            except OSError:
-                continue
-        rest = raw[raw.rindex(")") + 2:].split()
-        out[int(entry.name)] = (name, int(rest[11]) + int(rest[12]))
+        name = program(info["name"] or "?")
+        if name == "python" and "kernelrl.cli" in (info["cmdline"] or []):  # the command, apart from its workers
+            name = "python (kernelrl command)"
+        out[(proc.pid, info["create_time"])] = (name, info["cpu_times"].user + info["cpu_times"].system)
     return out
 
 
 def program(comm: str) -> str:
-    if comm.startswith("python") or comm.startswith("pt_") or comm.startswith("kernelrl"):
+    if comm.startswith(("python", "pt_", "kernelrl")):
         return "python"
     return comm.split("/")[0] if comm.startswith("kworker") else comm
 
@@ -83,7 +54,7 @@ def gpu_util() -> float | None:
         return None
     try:
         out = subprocess.run(["nvidia-smi", "--query-gpu=utilization.gpu", "--format=csv,noheader,nounits"],
-                             capture_output=True, text=True, timeout=5).stdout.split()
+                             capture_output=True, text=True, timeout=5, check=False).stdout.split()
         return sum(float(x) for x in out) / len(out) if out else None
     except (OSError, subprocess.SubprocessError, ValueError):
         return None
@@ -93,26 +64,20 @@ def sample(out: Path, interval: float, until: Path | None) -> None:
     stop = []
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.append(1))
-    which = cores()
-    busy0, total0 = core_times(which)
-    ticks0 = process_ticks()
+    cores0, procs0 = cpu_times(), process_seconds()
     t0 = time.monotonic()
     with out.open("a") as f:
         while not stop and not (until and until.exists()):
             time.sleep(interval)
-            busy1, total1 = core_times(which)
-            ticks1 = process_ticks()
+            cores1, procs1 = cpu_times(), process_seconds()
             by = collections.Counter()
-            for pid, (name, t) in ticks1.items():
-                before = ticks0.get(pid, (name, 0))[1]
-                by[name] += t - before if t >= before else t  # less than before: the pid was reused
-            row = {"t": round(time.monotonic() - t0, 2), "cores": len(which),
-                   "busy": round((busy1 - busy0) / max(total1 - total0, 1), 4),
-                   "by": {k: round(v / TICK, 2) for k, v in by.most_common() if v > 0},
-                   "gpu": gpu_util()}
+            for key, (name, secs) in procs1.items():
+                by[name] += secs - procs0.get(key, (name, 0.0))[1]  # a process started since: all of its time
+            row = {"t": round(time.monotonic() - t0, 2), "cores": len(cores1), "busy": cpu_busy(cores0, cores1) or 0.0,
+                   "by": {k: round(v, 2) for k, v in by.most_common() if v > 0}, "gpu": gpu_util()}
             f.write(json.dumps(row) + "\n")
             f.flush()
-            busy0, total0, ticks0 = busy1, total1, ticks1
+            cores0, procs0 = cores1, procs1
 
 
 def summary(path: Path) -> str:
@@ -124,8 +89,9 @@ def summary(path: Path) -> str:
     for r in rows:
         by.update(r["by"])
     total = sum(by.values())
-    lines = [f"{n} samples over {rows[-1]['t']:.0f} s, {rows[0]['cores']} cores: busy {sum(r['busy'] for r in rows) / n:.0%}"
-             f" on average, 90% busy or more in {sum(r['busy'] >= 0.9 for r in rows) / n:.0%} of the samples", ""]
+    mean, full = sum(r["busy"] for r in rows) / n, sum(r["busy"] >= 0.9 for r in rows) / n
+    lines = [(f"{n} samples over {rows[-1]['t']:.0f} s, {rows[0]['cores']} cores: busy {mean:.0%} on average, "
+              f"90% busy or more in {full:.0%} of the samples"), ""]
     gpu = [r for r in rows if r.get("gpu") is not None]
     if gpu:
         idle, working = [r for r in gpu if r["gpu"] < 50], [r for r in gpu if r["gpu"] >= 50]

@@ -23,8 +23,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_runs import PHASES, load
 
+from kernelrl.scale.local import ahead_per_device
+
 CPU = ("reference", "start_and_build", "first_call")  # `compiling` and `first_call_wait` are parts of `first_call`
-GPU = PHASES  # all of the GPU stage
 
 
 def jobs_of(rows) -> list[tuple[str, float, float]]:
@@ -36,15 +37,15 @@ def jobs_of(rows) -> list[tuple[str, float, float]]:
     out = []
     for r in sorted((r for r in rows if r.verdict is not None and r.verdict.phases), key=order):
         ph = r.verdict.phases
-        out.append((r.task, sum(ph.get(k, 0.0) for k in CPU), sum(ph.get(k, 0.0) for k in GPU)))
+        out.append((r.task, sum(ph.get(k, 0.0) for k in CPU), sum(ph.get(k, 0.0) for k in PHASES)))
     return out
 
 
 def replay(jobs: list[tuple[str, float, float]], lanes: int, lookahead: int, group: int = 1,
            room_judged: int = 1) -> tuple[float, float]:
     """The wall clock and the device's busy share of `jobs` run through the scheduler's rules (module doc)."""
-    lookahead = max(lookahead, group)
-    room = lookahead + lanes + room_judged
+    lookahead = max(lookahead, group)  # as LocalScheduler sets them
+    room = ahead_per_device(lookahead, lanes, 1, room_judged)
     t, busy = 0.0, 0.0
     pending = list(range(len(jobs)))
     preparing: list[tuple[float, int]] = []  # (done at, job)
