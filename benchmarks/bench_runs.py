@@ -4,7 +4,7 @@ Usage: python benchmarks/bench_runs.py RUN [RUN ...] [--by-level] [--corpus CORP
 
 Each RUN is a `kernelrl bench --out` folder: its `runs.jsonl` (one line per run or slice: wall time, tasks judged,
 tasks without a verdict by status) and its `results.jsonl` (one verdict per task, with the seconds of each phase;
-`results.jsonl.gz` in a folder kept under benchmarks/results/).
+`results.jsonl.gz` or `.xz` in a folder kept under benchmarks/results/).
 For each RUN (and each level of it, with `--by-level`) one row: tasks, the summed wall clock of its runs and the
 rate it gives (tasks without a verdict named beside it), the devices' busy share (and the host's CPU busy share, where
 the runs read it), the mean seconds a task of each GPU-stage phase
@@ -25,7 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 from kernelrl.bench.result import TaskResult  # noqa: E402
-from kernelrl.bench.resume import RESULTS_FILE, kept_results  # noqa: E402
+from kernelrl.bench.resume import PACKED, RESULTS_FILE, kept_results  # noqa: E402
 from kernelrl.bench.runs import UNJUDGED, read_runs  # noqa: E402
 
 PHASES = ("correctness", "alone", "timing", "graphs", "recheck", "finish")
@@ -33,9 +33,9 @@ LONG_GRAPH = 60  # replays a side: the adaptive rounds ran past their first pass
 
 
 def load(run: Path) -> tuple[list[TaskResult], list[dict]]:
-    """The results (`kept_results`: results.jsonl or a kept results.jsonl.gz; the last line of a task wins, a line
-    cut short is skipped) and the run lines of one bench output folder."""
-    if not any((run / name).is_file() for name in (RESULTS_FILE, RESULTS_FILE + ".gz")):
+    """The results (`kept_results`: results.jsonl, or a kept results.jsonl.gz or .xz; the last line of a task wins, a
+    line cut short is skipped) and the run lines of one bench output folder."""
+    if not any((run / name).is_file() for name in (RESULTS_FILE, *(RESULTS_FILE + s for s in PACKED))):
         raise SystemExit(f"{run}: no {RESULTS_FILE} (not a `kernelrl bench --out` folder)")
     return list(kept_results(run).values()), read_runs(run)
 

@@ -3,7 +3,7 @@ to the first's, summarised by measuring method (the verdict's speedup: graph rep
 for each of the two measurements a verdict carries (graph replay, eager latency).
 
 Usage: python benchmarks/speedup_spread.py RUN_A RUN_B [--out FILE.md]
-RUN_A and RUN_B are `kernelrl bench --out` folders (results.jsonl, or results.jsonl.gz where kept). Only tasks `ok`
+RUN_A and RUN_B are `kernelrl bench --out` folders (results.jsonl, or results.jsonl.gz or .xz where kept). Only tasks `ok`
 in both runs count. The spread of one task is |speedup_B / speedup_A - 1|; the table gives its median and 90th
 percentile, the goal being at most 0.5% and 2%.
 """

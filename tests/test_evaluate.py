@@ -453,6 +453,30 @@ def test_a_re_measurement_takes_a_worker_started_ahead_while_the_device_timed_on
     assert not any(w.alive for _, w in started)
 
 
+def test_a_speedup_the_trials_read_above_the_threshold_starts_its_re_measurements_worker_before_the_timing(
+        tmp_path, task):
+    # A group's candidates are timed together after all their trials: a worker started at the first timing round
+    # would still be starting when the re-measurement asks for it, the device held alone meanwhile.
+    events = []
+    with Evaluator(EvalConfig(cache_dir=str(tmp_path), **dict(FAST, recheck_speedup=0.0))) as e:
+        foresee, timing = e._foresee_recheck, e._timing
+
+        def spy_foresee(*args):
+            foresee(*args)
+            if e._current.fresh is not None and "fresh worker" not in events:
+                events.append("fresh worker")  # submitted to a CPU lane
+
+        def spy_timing(*args, **kw):
+            events.append("timing")
+            return timing(*args, **kw)
+
+        e._foresee_recheck, e._timing = spy_foresee, spy_timing
+        v = judge(e, task, "correct")
+    assert v.status == "ok", v.message
+    assert "fresh worker" in events and "timing" in events
+    assert events.index("fresh worker") < events.index("timing")
+
+
 def test_on_a_shared_device_a_killed_worker_is_reaped_after_its_gpu_stage_and_before_the_next_timing(
         tmp_path, monkeypatch, task):
     # A CUDA process takes tenths of a second to end; the GPU stage kills its candidate's worker and goes on, the

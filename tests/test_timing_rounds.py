@@ -62,3 +62,16 @@ def test_a_report_of_both_rules_is_written(tmp_path, capsys):
     report = out.read_text()
     assert "| 5 | 1 | 5.00 | 0.00% |" in report and "| 3 | 1 | 3.00 | 0.00% |" in report  # graph replay
     assert "| most rounds |" in report and "| 5 | 1 | 3.00 | 0.00% |" in report  # eager: precise at its least, 3
+
+
+def test_a_kept_run_packed_with_xz_reads_as_its_results_jsonl(tmp_path):
+    import lzma
+
+    steady = [100.0] * 5, [50.0] * 5
+    a = run(tmp_path / "a", [graphed("level1/steady", *steady)])
+    plain = timing_rounds.kept_results(a)
+    packed = tmp_path / "packed"
+    packed.mkdir()
+    (packed / (RESULTS_FILE + ".xz")).write_bytes(lzma.compress((a / RESULTS_FILE).read_bytes()))
+    kept = timing_rounds.kept_results(packed)
+    assert list(kept) == list(plain) and [r.speedup for r in kept.values()] == [2.0]

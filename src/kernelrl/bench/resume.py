@@ -9,6 +9,7 @@ from __future__ import annotations
 import gzip
 import hashlib
 import json
+import lzma
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -56,11 +57,16 @@ class ResultLog:
 
 def kept_results(folder: Path) -> dict[str, TaskResult]:
     """A bench output folder's finished results by key, as `ResultLog.load` reads them: from its results.jsonl, or
-    from results.jsonl.gz where a finished run was packed to be kept ({} when it has neither)."""
-    packed = folder / (RESULTS_FILE + ".gz")
-    if not (folder / RESULTS_FILE).exists() and packed.is_file():
-        return _parse(gzip.decompress(packed.read_bytes()).decode())
+    from results.jsonl.gz or results.jsonl.xz where a finished run was packed to be kept ({} when it has none)."""
+    if not (folder / RESULTS_FILE).exists():
+        for suffix, unpack in PACKED.items():
+            packed = folder / (RESULTS_FILE + suffix)
+            if packed.is_file():
+                return _parse(unpack(packed.read_bytes()).decode())
     return ResultLog(folder / RESULTS_FILE).load()
+
+
+PACKED = {".gz": gzip.decompress, ".xz": lzma.decompress}  # how a kept run's results may be packed
 
 
 def _parse(text: str) -> dict[str, TaskResult]:

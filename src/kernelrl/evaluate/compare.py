@@ -97,12 +97,13 @@ def compare(out: torch.Tensor, ref: torch.Tensor, atol: float | None = None,
         out, ref = torch.view_as_real(out), torch.view_as_real(ref)
     o, e = out.to(work), ref.to(work)
     absolute = policy == "kernelbench"
+    stats = _finite_stats(o, e, a, r, absolute)
+    if stats is not None:
+        return _judged(*stats, a, r, absolute)
     if not _all_finite(e):
         return _compare_nonfinite(o, e, a, r, absolute)
-    if not _all_finite(o):
-        n = int((~torch.isfinite(o)).sum())
-        return Mismatch(False, f"{n} NaN/Inf values where the reference is finite", math.inf, math.inf, math.inf, n)
-    return _compare_finite(o, e, a, r, absolute)
+    n = int((~torch.isfinite(o)).sum())
+    return Mismatch(False, f"{n} NaN/Inf values where the reference is finite", math.inf, math.inf, math.inf, n)
 
 
 def chunk_for(t: torch.Tensor) -> int:
@@ -115,29 +116,56 @@ def _all_finite(t: torch.Tensor) -> bool:
     return all(bool(torch.isfinite(flat[i:i + chunk]).all()) for i in range(0, flat.numel(), chunk))
 
 
-def _compare_finite(o: torch.Tensor, e: torch.Tensor, a: float, r: float, absolute: bool = False) -> Mismatch:
+def _finite_stats(o: torch.Tensor, e: torch.Tensor, a: float, r: float, absolute: bool) -> tuple | None:
+    """One pass of `_compare_finite`'s sums, counts and maxima over finite `o` and `e` (flat, the same size), read
+    back from the device at once: a GPU shared with other processes' work makes each read wait for their turn on
+    it, so the comparison reads once rather than a few times a chunk. None where either holds a NaN or an Inf.
+    (n, reference norm, elements outside the tolerance, of them beyond OUTLIER_FACTOR times it, max abs error,
+    error norm, max relative error) otherwise."""
     n, chunk = e.numel(), chunk_for(e)
     if n == 0:
-        return Mismatch(True, "")
+        return 0, 0.0, 0, 0, 0.0, 0.0, 0.0
     o, e = o.reshape(-1), e.reshape(-1)
     parts = [(o[i:i + chunk], e[i:i + chunk]) for i in range(0, n, chunk)]
-    norm_e = math.sqrt(sum(float(torch.linalg.vector_norm(ec, dtype=torch.float64)) ** 2 for _, ec in parts))
-    ref_rms = norm_e / math.sqrt(n)
-    scale = 1.0 if absolute else (ref_rms or 1.0)
-    bad, far, max_abs, sq_d, max_rel = 0, 0, 0.0, 0.0, 0.0
+    f64 = dict(dtype=torch.float64)
+    finite = torch.stack([torch.isfinite(c).all() for pair in parts for c in pair]).all()
+    sq_e = sum(torch.linalg.vector_norm(ec, **f64).square() for _, ec in parts)
+    # the tolerance's scale: the reference's RMS, 1 where that is 0 (or under KernelBench's absolute atol)
+    scale = torch.ones((), **f64, device=e.device) if absolute else \
+        torch.where(sq_e > 0, sq_e.sqrt() / math.sqrt(n), torch.ones_like(sq_e))
+    ats = (a * scale).to(e.dtype)  # as `abs_e * r + a * scale` rounds it, with scale a Python float
+    bad = far = sq_d = 0
+    max_abs = max_rel = torch.zeros((), dtype=e.dtype, device=e.device)
     for oc, ec in parts:
         diff = (oc - ec).abs_()
         abs_e = ec.abs()
-        tol = abs_e * r + a * scale
-        b = int((diff > tol).sum())
-        if b:  # only then is the wider bound needed
-            bad, far = bad + b, far + int((diff > tol.mul_(OUTLIER_FACTOR)).sum())
+        tol = abs_e * r + ats
+        bad = bad + (diff > tol).sum()
+        far = far + (diff > tol.mul_(OUTLIER_FACTOR)).sum()
         del tol
-        max_abs = max(max_abs, float(diff.max()))
-        sq_d += float(torch.linalg.vector_norm(diff, dtype=torch.float64)) ** 2
-        max_rel = max(max_rel, float(diff.div_(abs_e.add_(a * scale if a > 0 else 1e-30)).max()))
+        max_abs = torch.maximum(max_abs, diff.max())
+        sq_d = sq_d + torch.linalg.vector_norm(diff, **f64).square()
+        max_rel = torch.maximum(max_rel, diff.div_(abs_e.add_(ats if a > 0 else 1e-30)).max())
         del diff, abs_e
-    norm_d = math.sqrt(sq_d)
+    got = torch.stack([finite.to(torch.float64), sq_e, torch.as_tensor(bad).to(torch.float64),
+                       torch.as_tensor(far).to(torch.float64), max_abs.to(torch.float64), sq_d,
+                       max_rel.to(torch.float64)]).tolist()
+    if not got[0]:
+        return None
+    return n, math.sqrt(got[1]), int(got[2]), int(got[3]), got[4], math.sqrt(got[5]), got[6]
+
+
+def _compare_finite(o: torch.Tensor, e: torch.Tensor, a: float, r: float, absolute: bool = False) -> Mismatch:
+    """`o` against `e`, both finite (`_finite_stats`, `_judged`)."""
+    return _judged(*_finite_stats(o, e, a, r, absolute), a, r, absolute)
+
+
+def _judged(n: int, norm_e: float, bad: int, far: int, max_abs: float, norm_d: float, max_rel: float,
+            a: float, r: float, absolute: bool) -> Mismatch:
+    """The Mismatch of a comparison's statistics (`_finite_stats`)."""
+    if n == 0:
+        return Mismatch(True, "")
+    ref_rms = norm_e / math.sqrt(n)
     rel_l2 = norm_d / norm_e if norm_e > 0 else norm_d
     ok = bad == 0 if absolute else _rounding_only(bad, far, n) and (bad == 0 or rel_l2 <= r)
     reason = "" if ok else (f"{bad} of {n} elements outside tolerance "
@@ -183,12 +211,23 @@ def compare_samples(out: torch.Tensor, ref: torch.Tensor, ref_scale: float, atol
 def rms(t: torch.Tensor, chunk: int = 1 << 26) -> float:
     """Root mean square of the finite elements of `t` (1.0 when there are none or all are zero); in float64,
     `chunk` elements at a time (a gigabyte output needs no gigabytes more)."""
+    return rms_of(*squares(t, chunk).tolist())
+
+
+def squares(t: torch.Tensor, chunk: int = 1 << 26) -> torch.Tensor:
+    """The sum of squares of the finite elements of `t` and their count, as two float64 values on its device (read
+    back with others at once: `rms_of`)."""
     flat = t.detach().reshape(-1)
-    total, count = 0.0, 0
+    total = count = torch.zeros((), dtype=torch.float64, device=t.device)
     for i in range(0, flat.numel(), chunk):
         c = flat[i:i + chunk].to(torch.float64)
         finite = torch.isfinite(c)
-        total += float(torch.where(finite, c, 0.0).pow(2).sum())
-        count += int(finite.sum())
+        total = total + torch.where(finite, c, 0.0).pow(2).sum()
+        count = count + finite.sum()
+    return torch.stack([total, count])
+
+
+def rms_of(total: float, count: float) -> float:
+    """`rms` from `squares`."""
     v = math.sqrt(total / count) if count else 0.0
     return v if v > 0 else 1.0

@@ -373,6 +373,10 @@ class Evaluator(CandidateWorkers, ReferencePool, Trials, TimedRounds, Integrity,
                     "confinement": held[1]}
         ph.mark("correctness")
         p.error, p.first = error, first
+        if first.get("ref_call_us") and first.get("cand_call_us"):
+            # the trials' call times read a speedup above the re-measurement's threshold: its worker starts and
+            # builds on a CPU lane now, while the device times this job (and, in a group, the others)
+            self._foresee_recheck(task, first["ref_call_us"] / first["cand_call_us"])
         return None
 
     def _before_timing(self, p: Prepared) -> None:

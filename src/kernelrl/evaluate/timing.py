@@ -312,9 +312,10 @@ class TimedRounds:
         return max(self.config.recheck_speedup, task.meta.suspicious_speedup or 0)
 
     def _foresee_recheck(self, task, ratio: float) -> None:
-        """Once a timing round of the job under way reads a speedup above the re-measurement threshold, start its
-        fresh worker and build on a CPU lane (`_fresh_worker`) while the device times on: the re-measurement then
-        waits only for its own timing. A speedup that ends below the threshold leaves the worker unused."""
+        """Once the job under way reads a speedup above the re-measurement threshold (its correctness trials' call
+        times, or a timing round), start its fresh worker and build on a CPU lane (`_fresh_worker`) while the device
+        times on: the re-measurement then waits only for its own timing. A speedup that ends below the threshold
+        leaves the worker unused."""
         p = self._current
         if p is None or p.foreseen or self._closed or not ratio > self._recheck_threshold(task):
             return

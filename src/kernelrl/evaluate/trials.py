@@ -66,6 +66,7 @@ class Trials:
         facts = {"own_state": {}, "reused_storage": set()}  # what the candidate's outputs are (`Harness._facts`)
         prints = []  # the reference's outputs' fingerprints on the first two trials (inputs that differ)
         call_us = []  # the reference's call times (wall, beside the candidate's trial)
+        cand_us = []  # the candidate's
         # Under strict, every other trial rescales the float inputs, larger and smaller in turn (`RESCALED`). The
         # last trial repeats the first seed: unwritten or racy outputs vary between runs on one input. Under the
         # kernelbench policy every trial draws the task's own inputs, as KernelBench does: its absolute atol makes
@@ -98,6 +99,8 @@ class Trials:
             trials += 1
             if "call_us" in rh:
                 call_us.append(rh["call_us"])
+            if isinstance(ch.get("call_us"), (int, float)):
+                cand_us.append(ch["call_us"])
             if self._trial_problem(ch, flags, i):
                 return _stats(worst, task, rh, trials, self._policy), None
             mutated = sorted(set(ch["inputs_changed"]) - set(rh["inputs_changed"]))
@@ -114,7 +117,7 @@ class Trials:
                 if i < 2:
                     prints.append(_fingerprint(rt))
                 rt = ct = None  # gigabytes on the device, which the workers need for the next trial
-                if self.device.type == "cuda":
+                if self._frees_cache():
                     torch.cuda.empty_cache()
                 if i + 1 == len(plan) or not plan[i + 1][2]:
                     self._unlock_spills(ref, cand)  # the rest are sampled: nothing large to move
@@ -134,8 +137,10 @@ class Trials:
                                                    + (" (within KernelBench's absolute atol)" if slack else ""),
                               hack="degenerate_output", severity="warn" if slack else "reject"))
         flags.extend(_facts_flags(facts, len(prints) == 2 and prints[0] == prints[1]))
-        # the reference's quickest trial: how long its calls take, which shapes the first timing round
+        # the reference's quickest trial: how long its calls take, which shapes the first timing round; with the
+        # candidate's, a first reading of the speedup (`Evaluator._untimed` starts a re-measurement's worker on it)
         first["ref_call_us"] = min(call_us) if call_us else None
+        first["cand_call_us"] = min(cand_us) if cand_us else None
         if self._beyond_strict:
             flags.append(Flag("precision", f"{self._beyond_strict}: outside the strict policy's tolerance, within the "
                                            "kernelbench policy's (reduced-precision math)",
@@ -300,6 +305,13 @@ class Trials:
             if why:
                 self._slack = f"{where}: {why}"
 
+    def _frees_cache(self) -> bool:
+        """Whether the evaluator gives its cached device memory back after a full trial: where a trial's memory
+        (`_trial_bytes`) is a sixteenth of the device's or more, the comparison's gigabytes are the workers' to take
+        for the next trial. Below that what it keeps is small beside the device, and giving it back costs a wait
+        for the device on every full trial (tens of milliseconds where other processes' work shares it)."""
+        return self.device.type == "cuda" and self._trial_bytes(self._current.state) >= self._device_bytes // 16
+
     def _trials_in_turn(self) -> bool:
         """Whether the reference's trial runs before the candidate's instead of beside it: when the two programs'
         memory for a trial (`_trial_bytes`) would fill more than half the GPU, as KernelBench's 6 GB activations do
@@ -370,20 +382,44 @@ class Trials:
 def _summary(ref: dict, cand: dict) -> dict:
     """What later stages need of the first trial's outputs, not the outputs themselves (gigabytes): each output's
     scale and dtype (timed calls are checked against samples) and those the candidate made constant while the
-    reference's vary."""
+    reference's vary. Read back from the device at once (`_read`)."""
     def constant(t):
-        return t.numel() > 1 and t.is_floating_point() and bool((t == t.reshape(-1)[0]).all())
+        if t.numel() > 1 and t.is_floating_point():
+            return (t == t.reshape(-1)[0]).all()
+        return torch.zeros((), dtype=torch.bool)
 
-    return {"scales": {k[3:]: cmp.rms(t) for k, t in ref.items()},
+    sq, same = _read({k: cmp.squares(t) for k, t in ref.items()},
+                     {(who, k): constant(t) for who, outs in (("ref", ref), ("cand", cand)) for k, t in outs.items()})
+    return {"scales": {k[3:]: cmp.rms_of(*sq[k]) for k in ref},
             "dtypes": {k[3:]: t.dtype for k, t in ref.items()},
-            "degenerate": [k for k, t in cand.items() if constant(t) and not constant(ref[k])]}
+            "degenerate": [k for k in cand if same[("cand", k)][0] and not same.get(("ref", k), [False])[0]]}
 
 
 def _fingerprint(outputs: dict) -> list:
     """Sum and sum of squares (float64) of each output: equal for two draws of inputs when the output does not
-    depend on them."""
-    return [(k, float(torch.sum(t, dtype=torch.float64)), float(torch.linalg.vector_norm(t, dtype=torch.float64)))
-            if t.is_floating_point() else (k, int(t.sum())) for k, t in sorted(outputs.items())]
+    depend on them. Read back from the device at once (`_read`)."""
+    f64 = torch.float64
+    sums, = _read({k: torch.stack([torch.sum(t, dtype=f64), torch.linalg.vector_norm(t, dtype=f64)])
+                   if t.is_floating_point() else t.sum() for k, t in outputs.items()})
+    return [(k, *sums[k]) if outputs[k].is_floating_point() else (k, int(sums[k][0])) for k in sorted(outputs)]
+
+
+def _read(*groups: dict) -> list[dict]:
+    """Each group's tensors (a value or a few each) as lists of Python numbers, the device read once for all (twice
+    where some are integers, kept exact): a GPU shared with other processes' work makes every read wait for their
+    turn on it. Floating and bool tensors read as floats, the others as ints."""
+    flat = [(g, key, t.reshape(-1)) for g, group in enumerate(groups) for key, t in group.items()]
+    out = [{} for _ in groups]
+    for whole in (False, True):
+        mine = [(g, key, t) for g, key, t in flat if (t.is_floating_point() or t.dtype == torch.bool) != whole]
+        if not mine:
+            continue
+        device, kind = mine[0][2].device, torch.int64 if whole else torch.float64
+        values = torch.cat([t.to(device, kind) for _, _, t in mine]).tolist()
+        i = 0
+        for g, key, t in mine:
+            out[g][key], i = values[i:i + t.numel()], i + t.numel()
+    return out
 
 
 def _facts_flags(facts: dict, input_independent: bool) -> list[Flag]:
