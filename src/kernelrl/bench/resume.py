@@ -55,6 +55,9 @@ class ResultLog:
         self.path.unlink(missing_ok=True)
 
 
+PACKED = {".gz": gzip.decompress, ".xz": lzma.decompress}  # how a kept run's results may be packed
+
+
 def kept_results(folder: Path) -> dict[str, TaskResult]:
     """A bench output folder's finished results by key, as `ResultLog.load` reads them: from its results.jsonl, or
     from results.jsonl.gz or results.jsonl.xz where a finished run was packed to be kept ({} when it has none)."""
@@ -64,9 +67,6 @@ def kept_results(folder: Path) -> dict[str, TaskResult]:
             if packed.is_file():
                 return _parse(unpack(packed.read_bytes()).decode())
     return ResultLog(folder / RESULTS_FILE).load()
-
-
-PACKED = {".gz": gzip.decompress, ".xz": lzma.decompress}  # how a kept run's results may be packed
 
 
 def _parse(text: str) -> dict[str, TaskResult]:

@@ -118,8 +118,8 @@ def _all_finite(t: torch.Tensor) -> bool:
 
 def _finite_stats(o: torch.Tensor, e: torch.Tensor, a: float, r: float, absolute: bool) -> tuple | None:
     """One pass of `_compare_finite`'s sums, counts and maxima over finite `o` and `e` (flat, the same size), read
-    back from the device at once: a GPU shared with other processes' work makes each read wait for their turn on
-    it, so the comparison reads once rather than a few times a chunk. None where either holds a NaN or an Inf.
+    back from the device at once rather than a few times a chunk: every read waits for the device (`trials._read`).
+    None where either holds a NaN or an Inf.
     (n, reference norm, elements outside the tolerance, of them beyond OUTLIER_FACTOR times it, max abs error,
     error norm, max relative error) otherwise."""
     n, chunk = e.numel(), chunk_for(e)

@@ -308,8 +308,8 @@ class Trials:
     def _frees_cache(self) -> bool:
         """Whether the evaluator gives its cached device memory back after a full trial: where a trial's memory
         (`_trial_bytes`) is a sixteenth of the device's or more, the comparison's gigabytes are the workers' to take
-        for the next trial. Below that what it keeps is small beside the device, and giving it back costs a wait
-        for the device on every full trial (tens of milliseconds where other processes' work shares it)."""
+        for the next trial. Below that what it keeps is small beside the device, and giving it back waits for the
+        device on every full trial (28 ms each in a bench run, `benchmarks/results/throughput_grpo_h200/repeat/`)."""
         return self.device.type == "cuda" and self._trial_bytes(self._current.state) >= self._device_bytes // 16
 
     def _trials_in_turn(self) -> bool:
@@ -382,17 +382,17 @@ class Trials:
 def _summary(ref: dict, cand: dict) -> dict:
     """What later stages need of the first trial's outputs, not the outputs themselves (gigabytes): each output's
     scale and dtype (timed calls are checked against samples) and those the candidate made constant while the
-    reference's vary. Read back from the device at once (`_read`)."""
-    def constant(t):
-        if t.numel() > 1 and t.is_floating_point():
-            return (t == t.reshape(-1)[0]).all()
-        return torch.zeros((), dtype=torch.bool)
-
+    reference's vary (floating outputs of more than one element). Read back from the device at once (`_read`)."""
     sq, same = _read({k: cmp.squares(t) for k, t in ref.items()},
-                     {(who, k): constant(t) for who, outs in (("ref", ref), ("cand", cand)) for k, t in outs.items()})
+                     {(who, k): (t == t.reshape(-1)[0]).all() for who, outs in (("ref", ref), ("cand", cand))
+                      for k, t in outs.items() if t.numel() > 1 and t.is_floating_point()})
+
+    def constant(who: str, k: str) -> bool:
+        return bool(same.get((who, k), [0.0])[0])
+
     return {"scales": {k[3:]: cmp.rms_of(*sq[k]) for k in ref},
             "dtypes": {k[3:]: t.dtype for k, t in ref.items()},
-            "degenerate": [k for k in cand if same[("cand", k)][0] and not same.get(("ref", k), [False])[0]]}
+            "degenerate": [k for k in cand if constant("cand", k) and not constant("ref", k)]}
 
 
 def _fingerprint(outputs: dict) -> list:
@@ -406,8 +406,9 @@ def _fingerprint(outputs: dict) -> list:
 
 def _read(*groups: dict) -> list[dict]:
     """Each group's tensors (a value or a few each) as lists of Python numbers, the device read once for all (twice
-    where some are integers, kept exact): a GPU shared with other processes' work makes every read wait for their
-    turn on it. Floating and bool tensors read as floats, the others as ints."""
+    where some are integers, kept exact): every read waits for the device, and in a bench run the evaluator's reads
+    of its comparisons took about 13 s of the GPU stage's 233 s (`benchmarks/results/throughput_grpo_h200/repeat/`).
+    Floating and bool tensors read as floats, the others as ints."""
     flat = [(g, key, t.reshape(-1)) for g, group in enumerate(groups) for key, t in group.items()]
     out = [{} for _ in groups]
     for whole in (False, True):
