@@ -7,7 +7,7 @@ of the same candidates kept, and how far the two runs' speedups then disagree (m
   until the latency speedup's error is under `latency_precision`, MOST at most; for each MOST of `--eager-most`.
 
 Usage: python benchmarks/timing_rounds.py RUN_A RUN_B [--least 5,3,2] [--eager-most 15,5,3] [--out FILE.md]
-RUN_A and RUN_B are `kernelrl bench --out` folders (results.jsonl, or results.jsonl.gz where kept); tasks `ok` in both
+RUN_A and RUN_B are `kernelrl bench --out` folders (results.jsonl, or results.jsonl.gz or .xz where kept); tasks `ok` in both
 with a graph-replay speedup count. The speedup of the first k rounds is the ratio of the medians of their round
 medians (a verdict's is the ratio of the medians of all its calls: the report's last line gives how far the two
 readings of the full graph rounds are apart). Both runs must have measured at least as many rounds as a rule asks

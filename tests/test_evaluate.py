@@ -103,6 +103,30 @@ def test_trials_too_big_to_run_side_by_side_run_the_reference_first_with_the_sam
     assert judge(ev, task, "correct").status == "ok"  # the kept reference stayed in step
 
 
+def test_trials_that_run_out_of_device_memory_in_the_evaluator_beside_other_work_run_again_alone(ev, task,
+                                                                                                monkeypatch):
+    """The evaluator's own allocations in the trials (the outputs it receives and compares) can find the device
+    full of the work beside them: not the program's fault, so the trials run again with the device alone, as where a
+    worker runs out (here the CPU's lock shares the device as a GPU's does, and the first comparison runs out)."""
+    import torch
+
+    judge(ev, task, "correct")
+    monkeypatch.setattr(ev._gpu, "sharing", True)
+    monkeypatch.setattr(Evaluator, "_shares", lambda self, state: True)
+    compare, shared = Evaluator._compare_outputs, []
+
+    def compare_once_out_of_memory(self, *args, **kw):
+        shared.append(self._stage.shared)
+        if len(shared) == 1:
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 64.00 MiB.")
+        return compare(self, *args, **kw)
+
+    monkeypatch.setattr(Evaluator, "_compare_outputs", compare_once_out_of_memory)
+    v = judge(ev, task, "correct")
+    assert v.status == "ok", v.message
+    assert shared[0] and len(shared) == 3 and not any(shared[1:])  # both full trials again, with the device alone
+
+
 def test_wrong_candidate_is_incorrect(ev, task):
     v = judge(ev, task, "wrong")
     assert v.status == "incorrect"

@@ -206,6 +206,17 @@ def test_a_compiled_candidate_makes_its_first_call_before_the_gpu_stage(tmp_path
     assert 0 < v.phases["compiling"] <= v.phases["first_call"], v.phases  # with the device given back meanwhile
 
 
+def test_a_triton_candidate_gives_the_device_back_while_its_kernels_compile_at_its_first_call(tmp_path):
+    """Triton compiles a kernel at its first launch, seconds of CPU work: the first call gives the device back
+    meanwhile (Triton's JIT hooks, `compilegate._triton_hooks`), as a torch.compile candidate's does."""
+    honest = Path(__file__).parent / "honest"
+    t, c = Task.from_file(honest / "tasks" / "softmax.py"), Candidate.from_file(honest / "triton_softmax.py")
+    with Evaluator(EvalConfig(device="cuda", timing_rounds=2, timing_precision=0, cache_dir=str(tmp_path))) as e:
+        v = e.evaluate(t, c)
+    assert v.status == "ok", v.message
+    assert 0 < v.phases["compiling"] <= v.phases["first_call"], v.phases
+
+
 def test_a_large_torch_compile_candidate_compiles_its_kernels_in_its_confined_worker(tmp_path):
     """Inductor hands kernels to a pool of compile processes once the pool is up; one started after the worker's
     confinement cannot open the GPU, and two honest compiled level-3 models were runtime_error for it."""

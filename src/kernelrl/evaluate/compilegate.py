@@ -1,11 +1,14 @@
-"""Runs in a candidate's worker: its first call gives the device back while torch.compile compiles.
+"""Runs in a candidate's worker: its first call gives the device back while torch.compile or Triton compiles.
 
 A candidate's first call (`Evaluator._first_call`) holds the device beside untimed work, and the GPU stage's timing
 waits for it. Most of a torch.compile candidate's first call is its compilation: Dynamo's trace, AOTAutograd and
-Inductor's code generation and kernel builds, work of the CPU that launches nothing on the device. `compile_gate`
+Inductor's code generation and kernel builds, work of the CPU that launches nothing on the device; most of a Triton
+candidate's is Triton's JIT compiling its kernels (LLVM and ptxas, about 2 s a candidate in a bench run). `compile_gate`
 tells the evaluator when such a compilation starts, once the device has finished this worker's work, so that the
 device may be timed meanwhile, and asks for it again before the compiled code runs. Inductor's own measurements of
 kernels while it compiles (its padding pass, max-autotune's choices: `MEASURING`) ask for the device first too.
+Triton's compilations are seen through its JIT hooks (`triton.knobs.runtime.jit_cache_hook`, called before a kernel
+is compiled, and `jit_post_compile_hook`, after; Triton 3.4 on), chained to any hooks already set.
 
 `converse(header)` sends a message to the evaluator and waits for its answer (`sandbox.worker`): {"type": "gate",
 "compiling": True} once the device is given back, {"type": "gate", "compiling": False} to have it again.
@@ -21,10 +24,20 @@ def compile_gate(converse, sync, capturing):
     """Within the block, each Dynamo compilation gives the device back (`converse`) after `sync` (the device has
     finished this process's work) and takes it again when it ends; not while a CUDA graph is being captured
     (`capturing()`), where the compilation's caller records work on the device. A no-op where torch.compile has
-    not been imported (the program compiles nothing: no trace starts without it) or offers no compile callbacks."""
-    if "torch._dynamo" not in sys.modules:
-        yield
-        return
+    not been imported (the program compiles nothing: no trace starts without it) or offers no compile callbacks;
+    Triton's compilations give it back too, where the program has imported Triton (`_triton_hooks`)."""
+    given = [False]  # whether the device is given back now
+    with _triton_hooks(given, converse, sync, capturing):
+        if "torch._dynamo" not in sys.modules:
+            yield
+            return
+        with _dynamo_gate(given, converse, sync, capturing):
+            yield
+
+
+@contextlib.contextmanager
+def _dynamo_gate(given, converse, sync, capturing):
+    """Dynamo's compilations give the device back (`compile_gate`); `given[0]` says whether it is given back now."""
     try:
         from torch._dynamo.callback import callback_handler
         from torch._inductor.runtime import benchmarking
@@ -32,7 +45,6 @@ def compile_gate(converse, sync, capturing):
     except (ImportError, AttributeError):
         yield
         return
-    given = [False]  # whether the device is given back now
 
     def take() -> None:
         if given[0]:
@@ -87,6 +99,53 @@ def compile_gate(converse, sync, capturing):
         callback_handler.remove_start_callback(give)
         callback_handler.remove_end_callback(end)
         take()  # a compilation that failed may not have ended: the rest of the call holds the device
+
+
+@contextlib.contextmanager
+def _triton_hooks(given, converse, sync, capturing):
+    """Within the block, a Triton kernel's JIT compilation gives the device back (after `sync`) and takes it again
+    once compiled, before the kernel is loaded and launched: Triton's `jit_cache_hook` and `jit_post_compile_hook`,
+    each calling the hook set before it (the cache hook's answer, whether to skip the compilation, is that hook's).
+    Nothing is given back inside a compilation that gave it already (Inductor compiling Triton kernels within a
+    Dynamo compilation), while a CUDA graph is captured, or where Triton compiles asynchronously (its post-compile
+    hook then runs elsewhere). A no-op where the program has not imported Triton or its Triton has no such hooks."""
+    knobs = getattr(sys.modules.get("triton.knobs"), "runtime", None)
+    if knobs is None or not hasattr(knobs, "jit_cache_hook") or not hasattr(knobs, "jit_post_compile_hook"):
+        yield
+        return
+    before, after = knobs.jit_cache_hook, knobs.jit_post_compile_hook
+    mine = [False]  # whether a Triton compilation gave the device back (and so takes it again)
+
+    def asynchronous() -> bool:
+        mode = getattr(getattr(sys.modules.get("triton.runtime.jit"), "_async_compile", None), "active_mode", None)
+        return mode is not None and mode.get() is not None
+
+    def starting(*args, **kw):
+        if not given[0] and not capturing() and not asynchronous():
+            sync()
+            converse({"type": "gate", "compiling": True})
+            given[0] = mine[0] = True
+        return before(*args, **kw) if before is not None else None
+
+    def take() -> None:
+        if mine[0] and given[0]:  # (not where the end of a Dynamo compilation took it already)
+            converse({"type": "gate", "compiling": False})
+        given[0] = given[0] and not mine[0]
+        mine[0] = False
+
+    def compiled(*args, **kw):
+        take()
+        return after(*args, **kw) if after is not None else None
+
+    knobs.jit_cache_hook, knobs.jit_post_compile_hook = starting, compiled
+    try:
+        yield
+    finally:
+        if knobs.jit_cache_hook is starting:
+            knobs.jit_cache_hook = before
+        if knobs.jit_post_compile_hook is compiled:
+            knobs.jit_post_compile_hook = after
+        take()  # a compilation that failed has not ended: the rest of the call holds the device
 
 
 # Inductor's measurements of kernels on the device (`torch._inductor.runtime.benchmarking.benchmarker`)

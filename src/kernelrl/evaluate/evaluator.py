@@ -351,12 +351,15 @@ class Evaluator(CandidateWorkers, ReferencePool, Trials, TimedRounds, Integrity,
         mark = len(flags)
         try:
             error, first = self._check(task, ref, cand, left, flags)
-        except (Aborted, EvaluationError) as e:
+        except (Aborted, EvaluationError, torch.cuda.OutOfMemoryError) as e:
             if not (self._stage.shared and _out_of_memory(e)):
                 raise
-            # Out of device memory beside other untimed work: the trials are run again with the device alone, in a
-            # fresh candidate worker and the reference put back as built, so the verdict is the program's own.
+            # Out of device memory beside other untimed work, in a worker or in this process (the outputs it
+            # receives and compares): the trials are run again with the device alone, in a fresh candidate worker
+            # and the reference put back as built, so the verdict is the program's own.
             del flags[mark:]
+            if self.device.type == "cuda":
+                torch.cuda.empty_cache()
             self._stage.to_exclusive()
             self._rest(ref)
             self._renew_candidate(p, left)
