@@ -39,10 +39,32 @@ def test_the_script_replays_a_bench_folder_in_suite_order_and_prints_the_measure
     (tmp_path / "runs.jsonl").write_text(json.dumps({"wall_s": 9.0, "judged": 3, "per_hour": 1200.0,
                                                      "device_busy": {"cuda": 0.4}}) + "\n")
     jobs = replay.jobs_of(replay.load(tmp_path)[0])
-    # compiling is part of first_call and waited is neither stage: 4 s on a lane, 1 s on the device
-    assert jobs == [("level1/a", 4.0, 1.0), ("level1/b", 4.0, 1.0), ("level1/b", 4.0, 1.0)]
+    # compiling is part of first_call and waited is neither stage: 4 s on a lane (1 of them the first call), 1 s on
+    # the device
+    assert jobs == [("level1/a", 4.0, 1.0, 1.0), ("level1/b", 4.0, 1.0, 1.0), ("level1/b", 4.0, 1.0, 1.0)]
     assert replay.main([str(tmp_path), "--lanes", "1,3"]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[2] == "| measured | 3 | 9.0 | 1200 | 40% |"
     # one lane: 4 + 4 + 4 s of preparation and the last job's 1 s; three lanes: all prepared at 4 s, then 3 s
     assert "| 1 lanes," in out[3] and "| 3 | 13.0 |" in out[3] and "| 3 | 7.0 |" in out[4]
+
+
+def test_first_calls_off_the_lanes_free_a_lane_once_its_job_is_built():
+    # 10 s of CPU stage a job, 8 of them its first call: two lanes build two jobs every 2 s instead of every 10 s
+    jobs = [("a", 10.0, 0.1, 8.0)] * 4
+    assert replay.replay(jobs, lanes=2, lookahead=8)[0] == pytest.approx(20.2)
+    assert replay.replay(jobs, lanes=2, lookahead=8, first_calls_apart=True)[0] == pytest.approx(12.2)
+
+
+def test_the_script_repeats_a_run_as_tasks_of_their_own(tmp_path, capsys):
+    log = ResultLog(tmp_path / RESULTS_FILE)
+    phases = {"reference": 1.0, "start_and_build": 2.0, "first_call": 1.0, "correctness": 0.5, "timing": 0.5}
+    log.append("level1/a#0", TaskResult(task="level1/a", level="level1", status="ok", speedup=1.0, sample=0,
+                                        verdict=Verdict(status="ok", speedup=1.0, phases=phases)))
+    (tmp_path / "runs.jsonl").write_text(json.dumps({"wall_s": 5.0, "judged": 1, "per_hour": 720.0}) + "\n")
+    assert replay.main([str(tmp_path), "--lanes", "1", "--repeat", "3"]) == 0
+    row = capsys.readouterr().out.splitlines()[3]
+    # one lane: three copies' 4 s of preparation each, then the last one's 1 s on the device
+    assert "the run 3 times over | 3 | 13.0 |" in row
+    with pytest.raises(SystemExit):
+        replay.main([str(tmp_path), "--repeat", "0"])

@@ -128,11 +128,76 @@ def test_a_reference_that_does_not_run_fails_its_future_and_the_next_job_runs(co
         assert f_ok.result(timeout=300).status == "ok"
 
 
+@pytest.mark.parametrize("first_call_lanes", [0, 1])
+def test_first_calls_are_made_on_first_call_lanes_where_asked_with_the_same_verdicts(config, task, monkeypatch,
+                                                                                     first_call_lanes):
+    """A first call is made beside the GPU stage on CUDA only: here the CPU's lock shares the device as a GPU's does,
+    and every call fits beside it."""
+    from kernelrl.evaluate import evaluator
+    from kernelrl.evaluate.gpulock import DeviceLock
+
+    monkeypatch.setattr(evaluator, "device_lock", lambda device: DeviceLock(sharing=True))
+    monkeypatch.setattr(Evaluator, "_calls_beside", lambda self, state: True)
+    made_on, first_call = [], Evaluator._first_call
+
+    def recorded(self, p, left):
+        made_on.append(threading.current_thread().name)
+        return first_call(self, p, left)
+
+    monkeypatch.setattr(Evaluator, "_first_call", recorded)
+    with LocalScheduler(config, devices=("cpu",), lookahead=2, cpu_workers=2,
+                        first_call_lanes=first_call_lanes) as s:
+        futures = [s.submit(task, cand(n)) for n in ("correct", "wrong", "syntax_error", "correct")]
+        verdicts = [f.result(timeout=300) for f in futures]
+    assert [v.status for v in verdicts] == ["ok", "incorrect", "compile_error", "ok"], [v.message for v in verdicts]
+    assert len(made_on) == 3  # not where the build failed
+    assert all(name.startswith("first-call-" if first_call_lanes else "prepare-") for name in made_on), made_on
+    assert all(v.phases["first_call"] > 0 for v in verdicts if v.status != "compile_error")
+
+
+def test_a_job_cancelled_while_it_waits_for_its_first_call_is_released_uncalled(config, task, monkeypatch):
+    from kernelrl.evaluate import evaluator
+    from kernelrl.evaluate.gpulock import DeviceLock
+
+    monkeypatch.setattr(evaluator, "device_lock", lambda device: DeviceLock(sharing=True))
+    monkeypatch.setattr(Evaluator, "_calls_beside", lambda self, state: True)
+    gate, called, released = threading.Event(), [], []
+    first_call, release = Evaluator._first_call, Evaluator.release
+
+    def held(self, p, left):  # the first call lane's one call waits until the test lets it go
+        called.append(p)
+        gate.wait(60)
+        return first_call(self, p, left)
+
+    monkeypatch.setattr(Evaluator, "_first_call", held)
+    monkeypatch.setattr(Evaluator, "release", lambda self, p: released.append(p) or release(self, p))
+    with LocalScheduler(config, devices=("cpu",), lookahead=2, cpu_workers=2, first_call_lanes=1) as s:
+        first, second = s.submit(task, cand("correct")), s.submit(task, cand("correct"))
+        for _ in range(600):  # both built: one in its first call, the other waiting for the lane
+            if len(called) == 1 and len(s._calls) == 1:
+                break
+            threading.Event().wait(0.1)
+        assert len(called) == 1 and len(s._calls) == 1
+        waiting = s._calls[0][1]
+        (second if waiting.future is second else first).cancel()
+        gate.set()
+        done = first if waiting.future is second else second
+        assert done.result(timeout=300).status == "ok"
+        for _ in range(100):
+            if waiting.prepared in released:
+                break
+            threading.Event().wait(0.1)
+    assert len(called) == 1 and waiting.prepared in released  # released, never called
+    assert waiting.future.cancelled()
+
+
 def test_bad_scheduler_arguments_are_refused(config):
     with pytest.raises(ValueError, match="lookahead"):
         LocalScheduler(config, devices=("cpu",), lookahead=0)
     with pytest.raises(ValueError, match="no devices"):
         LocalScheduler(config, devices=())
+    with pytest.raises(ValueError, match="first_call_lanes"):
+        LocalScheduler(config, devices=("cpu",), first_call_lanes=-1)
 
 
 def test_the_default_lanes_follow_the_cores_this_process_may_use_not_the_hosts(monkeypatch):
@@ -167,10 +232,12 @@ def test_gpu_workers_build_off_every_gpus_timing_cores():
 
 
 @pytest.mark.gpu
-def test_a_gpu_judges_prepared_cuda_and_triton_candidates_by_device_time(tmp_path):
+@pytest.mark.parametrize("first_call_lanes", [0, 2])
+def test_a_gpu_judges_prepared_cuda_and_triton_candidates_by_device_time(tmp_path, first_call_lanes):
     gpu = Path(__file__).parent / "data" / "eval_gpu"
     task = Task.from_file(gpu / "softmax_rows.py")
-    with LocalScheduler(EvalConfig(device="cuda", cache_dir=str(tmp_path)), devices=("cuda",), lookahead=2) as s:
+    with LocalScheduler(EvalConfig(device="cuda", cache_dir=str(tmp_path)), devices=("cuda",), lookahead=2,
+                        first_call_lanes=first_call_lanes) as s:
         futures = [s.submit(task, Candidate.from_file(gpu / f"{n}.py"))
                    for n in ("softmax_cuda", "softmax_triton", "softmax_wrong", "softmax_triton")]
         verdicts = [f.result(timeout=600) for f in futures]

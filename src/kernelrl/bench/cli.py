@@ -67,6 +67,9 @@ def bench_command(
     cpu_lanes: Optional[int] = typer.Option(None, "--cpu-lanes", help="jobs prepared at once (workers started, "
                                             "candidates built) for the devices to judge (default: three of every "
                                             "four cores this process may use, at most 12 a device)"),
+    first_call_lanes: int = typer.Option(0, "--first-call-lanes", help="CUDA: threads a device that make built "
+                                         "candidates' first calls, so that a CPU lane goes on to the next job "
+                                         "meanwhile (0: the lane that built it makes it)"),
     group: int = typer.Option(1, "--group", help="judge up to this many prepared candidates of one task together "
                                                 "(with --samples all: a GRPO group), the reference timed once a "
                                                 "round beside each of them"),
@@ -92,6 +95,10 @@ def bench_command(
         _fail(f"--cpu-lanes must be at least 1, not {cpu_lanes}")
     if cpu_lanes is not None and ray is not None:
         _fail("--cpu-lanes sets this machine's lanes; with --ray each GPU's actor sets its own: leave one out")
+    if first_call_lanes < 0:
+        _fail(f"--first-call-lanes must be 0 or more, not {first_call_lanes}")
+    if first_call_lanes and ray is not None:
+        _fail("--first-call-lanes sets this machine's lanes; with --ray each GPU's actor sets its own: leave one out")
     try:
         check_group(group, ray)
     except ValueError as e:
@@ -131,7 +138,7 @@ def bench_command(
                   f"{log.path}", highlight=False)
     config = BenchConfig(devices=devices, baseline=baseline, eval=eval_cfg, time_references=references,
                          compiled_references=compiled_references, use_cache=not fresh, ray=ray, cpu_lanes=cpu_lanes,
-                         group=group)
+                         group=group, first_call_lanes=first_call_lanes)
     cache = BaselineCache(eval_cfg.cache_path / "bench" / "baselines.sqlite")
     with Progress(TextColumn("[bold]bench[/]"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   TextColumn("{task.fields[load]}"), TextColumn("{task.description}"), console=err,

@@ -30,6 +30,7 @@ class BenchConfig:
     ray: str | None = None               # "auto" or a Ray cluster's address: its GPUs instead of `devices`
     cpu_lanes: int | None = None         # jobs prepared at once on this machine (LocalScheduler's cpu_workers)
     group: int = 1                       # candidates of one task judged together (LocalScheduler's group)
+    first_call_lanes: int = 0            # threads a device for first calls, off the CPU lanes (LocalScheduler's)
 
     def __post_init__(self):
         if self.baseline not in BASELINES:
@@ -38,6 +39,8 @@ class BenchConfig:
             raise ValueError("no devices to run on")
         if self.cpu_lanes is not None and self.ray:
             raise ValueError("cpu_lanes sets this machine's lanes; on Ray each GPU's actor sets its own")
+        if self.first_call_lanes and self.ray:
+            raise ValueError("first_call_lanes sets this machine's lanes; on Ray each GPU's actor sets its own")
         check_group(self.group, self.ray)
 
 
@@ -65,6 +68,8 @@ def run_suite(suite: Suite, config: BenchConfig, cache: BaselineCache | None = N
     todo = iter(enumerate(suite.tasks))
     stopped = threading.Event()  # set once the caller stops the run
     lanes = {"cpu_workers": config.cpu_lanes} if config.cpu_lanes else {}
+    if config.first_call_lanes:
+        lanes["first_call_lanes"] = config.first_call_lanes
     with make_scheduler(config.eval, config.devices, ray=config.ray, group=config.group, lookahead=config.lookahead,
                         **lanes) as scheduler:
         ev = _Scheduled(scheduler, config)

@@ -114,9 +114,11 @@ class Evaluator(CandidateWorkers, ReferencePool, Trials, TimedRounds, Integrity,
             p.reaped.result()
         return verdict
 
-    def prepare(self, task: Task, candidate: Candidate) -> Prepared:
+    def prepare(self, task: Task, candidate: Candidate, first_call: bool = True) -> Prepared:
         """The CPU stage: static checks, the task's reference worker, the candidate's worker, its import and
-        build; raises EvaluationError when the reference does not run. Pass the result to `judge` (or `release`)."""
+        build, its first call; raises EvaluationError when the reference does not run. Pass the result to `judge`
+        (or `release`). `first_call=False` stops after the build: `first_call` then makes the rest of it (on
+        another thread, say, while this one prepares the next job)."""
         p = Prepared(task, candidate, time.monotonic(), Phases(),
                      static=_static_flags(candidate.source, task.source))
         with self._refs_lock:
@@ -145,8 +147,29 @@ class Evaluator(CandidateWorkers, ReferencePool, Trials, TimedRounds, Integrity,
             self._reserve(p.cand, p.state)
             p.kept = True
             p.phases.mark("start_and_build")
-            self._first_call(p, left)
         except Aborted as a:  # judged without the GPU stage (its integrity report is asked for there)
+            p.aborted = a
+        except BaseException:
+            self.release(p)
+            raise
+        return self.first_call(p) if first_call else p
+
+    def calls_first(self, p: Prepared) -> bool:
+        """Whether `first_call` calls the candidate (`_first_call`), or only readies the job."""
+        return p.aborted is None and p.cand is not None and self.config.early_first_call \
+            and not p.state.get("stateful") and self._calls_beside(p.state)
+
+    def first_call(self, p: Prepared) -> Prepared:
+        """The end of the CPU stage of a job `prepare(..., first_call=False)` built: the candidate's first call
+        where it makes one (`_first_call`; a wait since the build for this call to start counts as
+        `first_call_wait`), then the job readied for its GPU stage."""
+        try:
+            if self.calls_first(p):
+                queued = time.monotonic() - p.phases.t
+                self._first_call(p, self._left(p.t0 + self.config.timeout_s))
+                if queued >= 0.001:  # (`first_call` is marked already: it counts from the build's end)
+                    p.phases.add("first_call_wait", queued)
+        except Aborted as a:
             p.aborted = a
         except BaseException:
             self.release(p)

@@ -6,6 +6,10 @@ judges whichever prepared job is ready first (`Evaluator.judge`), so a slow buil
 while another job is ready. Each started worker holds a CUDA context (about 0.5 GB): a device has at most
 `lookahead` prepared jobs waiting plus its share of the jobs being prepared and those being judged (a group's
 members together).
+
+With `first_call_lanes` > 0, a candidate's first call (`Evaluator.first_call`, made beside the GPU stage: mostly
+waiting for the device and compiling) runs on that many first-call threads a device instead of the lane that built
+it, which goes on to the next job meanwhile; the job counts ahead of its device as before.
 """
 from __future__ import annotations
 
@@ -82,12 +86,14 @@ class LocalScheduler:
     """Judges jobs on this machine's devices; ("cpu", "cpu") gives two CPU "devices" (each its own evaluator)."""
 
     def __init__(self, config: EvalConfig | None = None, devices: tuple[str, ...] | list[str] = ("cpu",),
-                 lookahead: int = 3, cpu_workers: int | None = None, group: int = 1):
+                 lookahead: int = 3, cpu_workers: int | None = None, group: int = 1, first_call_lanes: int = 0):
         config = config or EvalConfig()
         if not devices:
             raise ValueError("no devices to run on")
         if lookahead < 1:
             raise ValueError(f"lookahead must be at least 1, not {lookahead}")
+        if first_call_lanes < 0:
+            raise ValueError(f"first_call_lanes must be 0 or more, not {first_call_lanes}")
         check_group(group)
         # group > 1: a device judges up to that many prepared jobs of one task together (`Evaluator.judge_group`),
         # as many as are waiting when it starts them; that many may wait
@@ -105,7 +111,9 @@ class LocalScheduler:
         self.lookahead = lookahead
         self._cond = threading.Condition()
         self._pending: collections.deque[_Job] = collections.deque()  # submitted, on no device yet
-        self._in_prep: set[_Job] = set()
+        self._in_prep: set[_Job] = set()  # on a lane, or built and waiting for or making its first call
+        self._calls: collections.deque[tuple[_Device, _Job]] = collections.deque()  # built, for a first-call lane
+        self._apart = first_call_lanes > 0
         self._done = 0
         self._finished_at: collections.deque[float] = collections.deque()
         self._closed = False
@@ -115,6 +123,8 @@ class LocalScheduler:
         self._max_ahead = ahead_per_device(lookahead, n_cpu, n_dev, group)
         self._threads = [threading.Thread(target=self._cpu_stage, name=f"prepare-{i}", daemon=True)
                          for i in range(n_cpu)]
+        self._threads += [threading.Thread(target=self._first_call_stage, name=f"first-call-{i}", daemon=True)
+                          for i in range(first_call_lanes * n_dev)]
         self._threads += [threading.Thread(target=self._gpu_stage, args=(dev,), name=f"judge-{dev.key}",
                                            daemon=True) for dev in self._devices]
         for t in self._threads:
@@ -207,26 +217,55 @@ class LocalScheduler:
             try:
                 ev = job.prepared_by = dev.evaluator(job.policy)
                 if job.compiled is None:
-                    job.prepared = ev.prepare(job.task, job.candidate)
+                    job.prepared = ev.prepare(job.task, job.candidate, first_call=not self._apart)
+                    if self._apart and ev.calls_first(job.prepared):
+                        with self._cond:  # its first call on a first-call lane; this lane takes the next job
+                            self._calls.append((dev, job))
+                            self._cond.notify_all()
+                        continue
+                    if self._apart:
+                        ev.first_call(job.prepared)  # no call to make: readied at once
                 else:  # a reference timing: its worker starts here, the timing waits for the device
                     job.prepared = ev.hold_reference(job.task)
             except BaseException as e:  # the reference does not run (EvaluationError), the evaluator closed ...
                 self._drop(dev, job)
                 self._resolve(job, error=e)
                 continue
+            self._to_ready(dev, job)
+
+    def _first_call_stage(self) -> None:
+        """A first-call lane (`first_call_lanes`): built jobs' first calls, then the jobs readied for their device."""
+        while True:
             with self._cond:
-                self._in_prep.discard(job)
-                if self._closed or job.future.cancelled():
-                    dev.ahead -= 1
-                    self._cond.notify_all()
-                    cancelled = True
-                else:
-                    dev.ready.append(job)
-                    self._cond.notify_all()
-                    cancelled = False
+                while not self._closed and not self._calls:
+                    self._cond.wait()
+                if self._closed:
+                    return  # jobs left waiting are in `_in_prep`: cancelled by `close`, closed with their evaluator
+                dev, job = self._calls.popleft()
+            if job.future.cancelled():  # by its caller while it waited: released, not called
+                self._to_ready(dev, job)
+                continue
+            try:
+                job.prepared_by.first_call(job.prepared)
+            except BaseException as e:  # the evaluator closed ... (the job is released by `first_call`)
+                self._drop(dev, job)
+                self._resolve(job, error=e)
+                continue
+            self._to_ready(dev, job)
+
+    def _to_ready(self, dev: _Device, job: _Job) -> None:
+        """A job's CPU stage is done: it waits for its device's GPU stage (released where it was cancelled)."""
+        with self._cond:
+            self._in_prep.discard(job)
+            cancelled = self._closed or job.future.cancelled()
             if cancelled:
-                self._release(job)
-                _cancel(job.future)
+                dev.ahead -= 1
+            else:
+                dev.ready.append(job)
+            self._cond.notify_all()
+        if cancelled:
+            self._release(job)
+            _cancel(job.future)
 
     def _gpu_stage(self, dev: _Device) -> None:
         while True:
