@@ -2,7 +2,7 @@
 with more CPU lanes, another lookahead or group, or another room ahead of the device, from the run's own phases.
 
 Usage: python benchmarks/pipeline_replay.py RUN [--lanes 12,16,1000] [--lookahead N] [--group N] [--room-judged N]
-                                          [--first-calls-apart] [--repeat K]
+                                          [--first-calls-apart] [--references-ahead] [--repeat K]
 
 Each judged job (suite order, samples in order) spends its CPU-stage seconds (`reference`, `start_and_build`,
 `first_call`, as the run measured them) on a lane and its GPU-stage seconds (`correctness`, `alone`, `timing`,
@@ -14,6 +14,8 @@ seconds do not change with the lanes (on cores already busy they would grow), an
 device are part of them as measured. With `--first-calls-apart`, a row for each setting as well in which a job's
 first call (`first_call`, its waits for the device included, as measured) runs off the lanes once its build is done,
 a lane free meanwhile for the next job: what the lanes would give if waiting for the device held none of them. With
+`--references-ahead`, a row for each setting as well in which no job but the first task's waits for its task's
+reference (`reference`): each reference started ahead, while the tasks before it are prepared. With
 `--repeat K`, the run's jobs K times over, each copy as tasks of their own: a run K times as long, whose two ends (the
 first references starting, the last builds) weigh K times less. Prints the run as measured (`runs.jsonl`) and one
 row a setting.
@@ -34,8 +36,9 @@ from kernelrl.scale.local import ahead_per_device
 CPU = ("reference", "start_and_build", "first_call")  # `compiling` and `first_call_wait` are parts of `first_call`
 
 
-def jobs_of(rows) -> list[tuple[str, float, float, float]]:
-    """(task, CPU-stage s, GPU-stage s, first call s) of every judged result, in the order bench submits them."""
+def jobs_of(rows) -> list[tuple[str, float, float, float, float]]:
+    """(task, CPU-stage s, GPU-stage s, first call s, reference s) of every judged result, in the order bench
+    submits them."""
     def order(r):
         m = re.search(r"_sample_(\d+)", r.candidate or "")
         return r.task, r.sample if r.sample is not None else int(m.group(1)) if m else 0
@@ -44,8 +47,14 @@ def jobs_of(rows) -> list[tuple[str, float, float, float]]:
     for r in sorted((r for r in rows if r.verdict is not None and r.verdict.phases), key=order):
         ph = r.verdict.phases
         out.append((r.task, sum(ph.get(k, 0.0) for k in CPU), sum(ph.get(k, 0.0) for k in PHASES),
-                    ph.get("first_call", 0.0)))
+                    ph.get("first_call", 0.0), ph.get("reference", 0.0)))
     return out
+
+
+def references_ahead(jobs: list[tuple]) -> list[tuple]:
+    """`jobs` with no wait for the task's reference but in the first task's (`--references-ahead`)."""
+    first = jobs[0][0] if jobs else None
+    return [j if j[0] == first else (j[0], j[1] - j[4], *j[2:]) for j in jobs]
 
 
 def replay(jobs: list[tuple[str, float, float, float]], lanes: int, lookahead: int, group: int = 1,
@@ -100,6 +109,8 @@ def main(argv=None) -> int:
                     help="jobs being judged counted in the device's room (default: the group)")
     ap.add_argument("--first-calls-apart", action="store_true",
                     help="a row for each setting as well with first calls off the lanes (module doc)")
+    ap.add_argument("--references-ahead", action="store_true",
+                    help="rows as well with each task's reference started ahead (module doc)")
     ap.add_argument("--repeat", type=int, default=1, help="the run's jobs this many times over, as tasks of their own")
     a = ap.parse_args(argv)
     if a.repeat < 1:
@@ -115,12 +126,14 @@ def main(argv=None) -> int:
         busy = ", ".join(f"{b:.0%}" for b in (r.get("device_busy") or {}).values())
         print(f"| measured | {r['judged']} | {r['wall_s']:.1f} | {r['per_hour']:.0f} | {busy} |")
     for lanes in (int(x) for x in a.lanes.split(",")):
-        for apart in (False, True) if a.first_calls_apart else (False,):
-            wall, busy = replay(jobs, lanes, a.lookahead, group, judged, apart)
-            print(f"| {lanes} lanes, lookahead {max(a.lookahead, group)}, group {group}, {judged} judged in the room"
-                  f"{', first calls off the lanes' if apart else ''}{f', the run {a.repeat} times over' if a.repeat > 1 else ''}"
-                  f" | {len(jobs)} | {wall:.1f} | "
-                  f"{3600 * len(jobs) / wall:.0f} | {busy:.0%} |")
+        for ahead in (False, True) if a.references_ahead else (False,):
+            for apart in (False, True) if a.first_calls_apart else (False,):
+                wall, busy = replay(references_ahead(jobs) if ahead else jobs, lanes, a.lookahead, group, judged,
+                                    apart)
+                how = "".join([", references ahead" if ahead else "", ", first calls off the lanes" if apart else "",
+                               f", the run {a.repeat} times over" if a.repeat > 1 else ""])
+                print(f"| {lanes} lanes, lookahead {max(a.lookahead, group)}, group {group}, {judged} judged in the "
+                      f"room{how} | {len(jobs)} | {wall:.1f} | {3600 * len(jobs) / wall:.0f} | {busy:.0%} |")
     return 0
 
 

@@ -316,7 +316,8 @@ def test_a_time_limit_leaves_tasks_for_a_resumed_run(tmp_path):
                                           (["--cpu-lanes", "4", "--ray", "auto"], "with --ray each GPU's actor"),
                                           (["--first-call-lanes", "-1"], "--first-call-lanes must be 0 or more"),
                                           (["--first-call-lanes", "2", "--ray", "auto"],
-                                           "with --ray each GPU's actor")])
+                                           "with --ray each GPU's actor"),
+                                          (["--references-ahead", "--ray", "auto"], "with --ray each GPU's actor")])
 def test_bad_bench_options_are_one_line_errors(tmp_path, args, needle):
     res = _bench(str(DATA / "suite"), *args)
     assert res.exit_code == 2 and needle in res.output, res.output

@@ -76,6 +76,33 @@ def test_a_candidate_loaded_under_a_seed_its_reference_no_longer_has_is_loaded_a
     assert judge(ev, task, "correct").status == "ok"
 
 
+def test_a_candidate_prepared_while_its_reference_starts_loads_once_under_that_references_seed(tmp_path,
+                                                                                               monkeypatch):
+    """A group's candidates are prepared together: those that ask for the reference's seed while it starts get the
+    seed it starts under, so that none is loaded again under another (`Evaluator._renew_candidate`)."""
+    t = Task.from_file(DATA / "scale_add.py")
+    with Evaluator(EvalConfig(cache_dir=str(tmp_path), **FAST)) as e:
+        probed, starting = e._probed, threading.Event()
+
+        def slow_start(task, init, alone):
+            starting.set()
+            time.sleep(0.5)
+            return probed(task, init, alone)
+
+        monkeypatch.setattr(e, "_probed", slow_start)
+        renewed = []
+        renew = e._renew_candidate
+        monkeypatch.setattr(e, "_renew_candidate", lambda p, left: renewed.append(p) or renew(p, left))
+        first = threading.Thread(target=lambda: e.release(e.prepare(t, Candidate.from_file(DATA / "correct.py"))))
+        first.start()
+        assert starting.wait(60)
+        p = e.prepare(t, Candidate.from_file(DATA / "correct.py"))  # asks for the seed while the reference starts
+        first.join()
+        assert p.state["init"]["seed"] == e._reference_seed(t)
+        assert not renewed
+        assert e.judge(p).status == "ok"
+
+
 @pytest.mark.parametrize("in_turn", [False, True])
 def test_trials_too_big_to_run_side_by_side_run_the_reference_first_with_the_same_verdicts(ev, task, monkeypatch,
                                                                                             in_turn):

@@ -41,7 +41,10 @@ def test_the_script_replays_a_bench_folder_in_suite_order_and_prints_the_measure
     jobs = replay.jobs_of(replay.load(tmp_path)[0])
     # compiling is part of first_call and waited is neither stage: 4 s on a lane (1 of them the first call), 1 s on
     # the device
-    assert jobs == [("level1/a", 4.0, 1.0, 1.0), ("level1/b", 4.0, 1.0, 1.0), ("level1/b", 4.0, 1.0, 1.0)]
+    assert jobs == [("level1/a", 4.0, 1.0, 1.0, 1.0), ("level1/b", 4.0, 1.0, 1.0, 1.0),
+                    ("level1/b", 4.0, 1.0, 1.0, 1.0)]
+    # each reference started ahead: no job but the first task's waits for it
+    assert replay.references_ahead(jobs) == [jobs[0], ("level1/b", 3.0, 1.0, 1.0, 1.0), ("level1/b", 3.0, 1.0, 1.0, 1.0)]
     assert replay.main([str(tmp_path), "--lanes", "1,3"]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[2] == "| measured | 3 | 9.0 | 1200 | 40% |"

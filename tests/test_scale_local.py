@@ -191,6 +191,24 @@ def test_a_job_cancelled_while_it_waits_for_its_first_call_is_released_uncalled(
     assert waiting.future.cancelled()
 
 
+def test_the_next_tasks_reference_starts_ahead_while_this_tasks_job_is_prepared(config, task, monkeypatch):
+    other = Task.from_source(task.source + "\n# another task, another digest\n", name="scale_add_again")
+    started_on, start = {}, Evaluator._start_reference
+
+    def recorded(self, t):
+        started_on.setdefault(t.name, []).append(threading.current_thread().name)
+        return start(self, t)
+
+    monkeypatch.setattr(Evaluator, "_start_reference", recorded)
+    with LocalScheduler(config, devices=("cpu",), lookahead=2, cpu_workers=1, references_ahead=True) as s:
+        with s._cond:  # all three queued before the lane takes the first (as a bench run's queue is)
+            futures = [s.submit(task, cand("correct")), s.submit(other, cand("wrong")),
+                       s.submit(other, cand("correct"))]
+        assert [f.result(timeout=300).status for f in futures] == ["ok", "incorrect", "ok"]
+    assert started_on[other.name] == ["reference-ahead"], started_on  # once, ahead of its jobs
+    assert started_on[task.name] == [name for name in started_on[task.name] if name.startswith("prepare-")]
+
+
 def test_bad_scheduler_arguments_are_refused(config):
     with pytest.raises(ValueError, match="lookahead"):
         LocalScheduler(config, devices=("cpu",), lookahead=0)

@@ -70,6 +70,9 @@ def bench_command(
     first_call_lanes: int = typer.Option(0, "--first-call-lanes", help="CUDA: threads a device that make built "
                                          "candidates' first calls, so that a CPU lane goes on to the next job "
                                          "meanwhile (0: the lane that built it makes it)"),
+    references_ahead: bool = typer.Option(False, "--references-ahead", help="start the next task's reference "
+                                          "while this task's candidates are prepared, instead of when its own "
+                                          "candidates are"),
     group: int = typer.Option(1, "--group", help="judge up to this many prepared candidates of one task together "
                                                 "(with --samples all: a GRPO group), the reference timed once a "
                                                 "round beside each of them"),
@@ -97,8 +100,9 @@ def bench_command(
         _fail("--cpu-lanes sets this machine's lanes; with --ray each GPU's actor sets its own: leave one out")
     if first_call_lanes < 0:
         _fail(f"--first-call-lanes must be 0 or more, not {first_call_lanes}")
-    if first_call_lanes and ray is not None:
-        _fail("--first-call-lanes sets this machine's lanes; with --ray each GPU's actor sets its own: leave one out")
+    if (first_call_lanes or references_ahead) and ray is not None:
+        _fail("--first-call-lanes and --references-ahead set this machine's lanes; with --ray each GPU's actor sets "
+              "its own: leave them out")
     try:
         check_group(group, ray)
     except ValueError as e:
@@ -138,7 +142,7 @@ def bench_command(
                   f"{log.path}", highlight=False)
     config = BenchConfig(devices=devices, baseline=baseline, eval=eval_cfg, time_references=references,
                          compiled_references=compiled_references, use_cache=not fresh, ray=ray, cpu_lanes=cpu_lanes,
-                         group=group, first_call_lanes=first_call_lanes)
+                         group=group, first_call_lanes=first_call_lanes, references_ahead=references_ahead)
     cache = BaselineCache(eval_cfg.cache_path / "bench" / "baselines.sqlite")
     with Progress(TextColumn("[bold]bench[/]"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   TextColumn("{task.fields[load]}"), TextColumn("{task.description}"), console=err,

@@ -31,6 +31,7 @@ class BenchConfig:
     cpu_lanes: int | None = None         # jobs prepared at once on this machine (LocalScheduler's cpu_workers)
     group: int = 1                       # candidates of one task judged together (LocalScheduler's group)
     first_call_lanes: int = 0            # threads a device for first calls, off the CPU lanes (LocalScheduler's)
+    references_ahead: bool = False       # the next task's reference started ahead (LocalScheduler's)
 
     def __post_init__(self):
         if self.baseline not in BASELINES:
@@ -39,8 +40,9 @@ class BenchConfig:
             raise ValueError("no devices to run on")
         if self.cpu_lanes is not None and self.ray:
             raise ValueError("cpu_lanes sets this machine's lanes; on Ray each GPU's actor sets its own")
-        if self.first_call_lanes and self.ray:
-            raise ValueError("first_call_lanes sets this machine's lanes; on Ray each GPU's actor sets its own")
+        if (self.first_call_lanes or self.references_ahead) and self.ray:
+            raise ValueError("first_call_lanes and references_ahead set this machine's lanes; on Ray each GPU's actor "
+                             "sets its own")
         check_group(self.group, self.ray)
 
 
@@ -70,6 +72,8 @@ def run_suite(suite: Suite, config: BenchConfig, cache: BaselineCache | None = N
     lanes = {"cpu_workers": config.cpu_lanes} if config.cpu_lanes else {}
     if config.first_call_lanes:
         lanes["first_call_lanes"] = config.first_call_lanes
+    if config.references_ahead:
+        lanes["references_ahead"] = True
     with make_scheduler(config.eval, config.devices, ray=config.ray, group=config.group, lookahead=config.lookahead,
                         **lanes) as scheduler:
         ev = _Scheduled(scheduler, config)

@@ -20,6 +20,14 @@ class ReferencePool:
         """Start (or keep) the task's reference worker ahead of its `time_reference`; pass the result to `let_go`."""
         return self._reference(task)[1]
 
+    def warm_reference(self, task: Task) -> None:
+        """Start the task's reference worker ahead of its jobs, which find it kept (or wait for its start to end); a
+        reference that does not start is left to them, whose own start says why."""
+        try:
+            self.let_go(self._reference(task)[1])
+        except Exception:  # noqa: BLE001 - the evaluator closed, the reference does not run: its jobs say so
+            pass
+
     def let_go(self, reference_state: dict) -> None:
         """Stop holding a reference worker (from `hold_reference`): it may be evicted again."""
         with self._refs_lock:
@@ -47,6 +55,7 @@ class ReferencePool:
                     worker.close()
                     raise EvaluationError("the evaluator is closed")
                 self._refs[key] = (worker, state)
+                self._next_seeds.pop(key, None)  # kept now: its seed is the one `_reference_seed` gives
                 self._evict()
             return worker, state
 
@@ -69,10 +78,10 @@ class ReferencePool:
                 self._refs.pop(k)[0].close()
 
     def _start_reference(self, task: Task) -> tuple[Worker, dict]:
-        with self._refs_lock:
-            seed = self._next_seeds.pop(task.digest, None)
-        init = {"role": "reference", "task_source": task.source,
-                "seed": secrets.randbits(31) if seed is None else seed,
+        with self._refs_lock:  # the seed stays the next start's until this one is kept (`_reference`): a job that
+            # asks for it meanwhile loads its candidate under it, not under another that would have it loaded again
+            seed = self._next_seeds.setdefault(task.digest, secrets.randbits(31))
+        init = {"role": "reference", "task_source": task.source, "seed": seed,
                 "fixed_inputs": list(task.meta.fixed_inputs), "cpu_threads": self.config.cpu_threads}
         # A probe that failed beside other work (out of device memory, say) is run again alone, in a fresh worker:
         # a reference is refused only for what it does by itself.

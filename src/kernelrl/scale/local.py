@@ -7,7 +7,9 @@ while another job is ready. Each started worker holds a CUDA context (about 0.5 
 `lookahead` prepared jobs waiting plus its share of the jobs being prepared and those being judged (a group's
 members together).
 
-With `first_call_lanes` > 0, a candidate's first call (`Evaluator.first_call`, made beside the GPU stage: mostly
+With `references_ahead`, a lane that takes a job starts the reference of the next task waiting (on another
+thread, `Evaluator.warm_reference`), so that its jobs find it started instead of holding their lanes while it
+starts. With `first_call_lanes` > 0, a candidate's first call (`Evaluator.first_call`, made beside the GPU stage: mostly
 waiting for the device and compiling) runs on that many first-call threads a device instead of the lane that built
 it, which goes on to the next job meanwhile; the job counts ahead of its device as before.
 """
@@ -86,7 +88,8 @@ class LocalScheduler:
     """Judges jobs on this machine's devices; ("cpu", "cpu") gives two CPU "devices" (each its own evaluator)."""
 
     def __init__(self, config: EvalConfig | None = None, devices: tuple[str, ...] | list[str] = ("cpu",),
-                 lookahead: int = 3, cpu_workers: int | None = None, group: int = 1, first_call_lanes: int = 0):
+                 lookahead: int = 3, cpu_workers: int | None = None, group: int = 1, first_call_lanes: int = 0,
+                 references_ahead: bool = False):
         config = config or EvalConfig()
         if not devices:
             raise ValueError("no devices to run on")
@@ -114,6 +117,8 @@ class LocalScheduler:
         self._in_prep: set[_Job] = set()  # on a lane, or built and waiting for or making its first call
         self._calls: collections.deque[tuple[_Device, _Job]] = collections.deque()  # built, for a first-call lane
         self._apart = first_call_lanes > 0
+        self._references_ahead = references_ahead
+        self._warmed: set[str] = set()  # tasks whose reference was started ahead (`references_ahead`)
         self._done = 0
         self._finished_at: collections.deque[float] = collections.deque()
         self._closed = False
@@ -210,6 +215,10 @@ class LocalScheduler:
                 job = self._pending.popleft()
                 dev.ahead += 1
                 self._in_prep.add(job)
+                ahead = self._next_reference(job)
+            if ahead is not None:
+                threading.Thread(target=dev.evaluator(ahead.policy).warm_reference, args=(ahead.task,),
+                                 name="reference-ahead", daemon=True).start()
             if job.future.cancelled():
                 _cancel(job.future)  # cancelled by its caller: wake whoever waits on it
                 self._drop(dev, job)
@@ -232,6 +241,19 @@ class LocalScheduler:
                 self._resolve(job, error=e)
                 continue
             self._to_ready(dev, job)
+
+    def _next_reference(self, job: _Job) -> _Job | None:
+        """With `references_ahead`: the first job waiting whose task is not `job`'s and has had no reference started
+        ahead, marked as started (called holding the lock)."""
+        if not self._references_ahead:
+            return None
+        for other in self._pending:
+            if other.task.digest != job.task.digest:
+                if other.task.digest in self._warmed:
+                    return None
+                self._warmed.add(other.task.digest)
+                return other
+        return None
 
     def _first_call_stage(self) -> None:
         """A first-call lane (`first_call_lanes`): built jobs' first calls, then the jobs readied for their device."""
