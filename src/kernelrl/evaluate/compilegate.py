@@ -2,8 +2,9 @@
 
 A candidate's first call (`Evaluator._first_call`) holds the device beside untimed work, and the GPU stage's timing
 waits for it. Most of a torch.compile candidate's first call is its compilation: Dynamo's trace, AOTAutograd and
-Inductor's code generation and kernel builds, work of the CPU that launches nothing on the device; most of a Triton
-candidate's is Triton's JIT compiling its kernels (LLVM and ptxas, about 2 s a candidate in a bench run). `compile_gate`
+Inductor's code generation and kernel builds, work of the CPU that launches nothing on the device; part of a Triton
+candidate's is Triton's JIT compiling its kernels (LLVM and ptxas: 0.57 s of the 2.16 s a Triton first call took
+beyond its waits in `benchmarks/results/throughput_grpo_h200/triton_gate/`). `compile_gate`
 tells the evaluator when such a compilation starts, once the device has finished this worker's work, so that the
 device may be timed meanwhile, and asks for it again before the compiled code runs. Inductor's own measurements of
 kernels while it compiles (its padding pass, max-autotune's choices: `MEASURING`) ask for the device first too.
@@ -26,18 +27,39 @@ def compile_gate(converse, sync, capturing):
     (`capturing()`), where the compilation's caller records work on the device. A no-op where torch.compile has
     not been imported (the program compiles nothing: no trace starts without it) or offers no compile callbacks;
     Triton's compilations give it back too, where the program has imported Triton (`_triton_hooks`)."""
-    given = [False]  # whether the device is given back now
-    with _triton_hooks(given, converse, sync, capturing):
+    gate = _Given(converse, sync)
+    with _triton_hooks(gate, capturing):
         if "torch._dynamo" not in sys.modules:
             yield
             return
-        with _dynamo_gate(given, converse, sync, capturing):
+        with _dynamo_gate(gate, capturing):
             yield
 
 
+class _Given:
+    """Whether the device is given back now, and by whose compilation (`by`: "dynamo", "triton", None while held)."""
+
+    def __init__(self, converse, sync):
+        self.converse, self.sync, self.by = converse, sync, None
+
+    def give(self, by: str) -> None:
+        """Give the device back for `by`'s compilation, once this process's work on it is done (a no-op where it is
+        given back already)."""
+        if self.by is None:
+            self.sync()
+            self.converse({"type": "gate", "compiling": True})
+            self.by = by
+
+    def take(self, by: str | None = None) -> None:
+        """Have the device again, where it was given back (by `by`'s compilation, or by any)."""
+        if self.by is not None and by in (None, self.by):
+            self.converse({"type": "gate", "compiling": False})
+            self.by = None
+
+
 @contextlib.contextmanager
-def _dynamo_gate(given, converse, sync, capturing):
-    """Dynamo's compilations give the device back (`compile_gate`); `given[0]` says whether it is given back now."""
+def _dynamo_gate(gate: _Given, capturing):
+    """Dynamo's compilations give the device back (`compile_gate`)."""
     try:
         from torch._dynamo.callback import callback_handler
         from torch._inductor.runtime import benchmarking
@@ -46,31 +68,24 @@ def _dynamo_gate(given, converse, sync, capturing):
         yield
         return
 
-    def take() -> None:
-        if given[0]:
-            converse({"type": "gate", "compiling": False})
-            given[0] = False
-
     def give(*args) -> None:
         trigger = getattr(args[0], "callback_trigger", None) if args else None
-        if given[0] or (trigger is not None and getattr(trigger, "name", "") != "DYNAMO") or capturing():
+        if (trigger is not None and getattr(trigger, "name", "") != "DYNAMO") or capturing():
             return  # CUDA graph recording and runtime autotuning run on the device: they keep it
-        sync()
-        converse({"type": "gate", "compiling": True})
-        given[0] = True
+        gate.give("dynamo")
 
     def end(*args) -> None:
-        take()
+        gate.take()
 
     @contextlib.contextmanager
     def measuring():  # Inductor times kernels on the device while it compiles: with the device held
-        was = given[0]
-        take()
+        was = gate.by
+        gate.take()
         try:
             yield
         finally:
             if was:
-                give()
+                gate.give(was)
 
     def held(method):
         def measured(*args, **kw):
@@ -98,12 +113,12 @@ def _dynamo_gate(given, converse, sync, capturing):
                 delattr(bench, name)
         callback_handler.remove_start_callback(give)
         callback_handler.remove_end_callback(end)
-        take()  # a compilation that failed may not have ended: the rest of the call holds the device
+        gate.take()  # a compilation that failed may not have ended: the rest of the call holds the device
 
 
 @contextlib.contextmanager
-def _triton_hooks(given, converse, sync, capturing):
-    """Within the block, a Triton kernel's JIT compilation gives the device back (after `sync`) and takes it again
+def _triton_hooks(gate: _Given, capturing):
+    """Within the block, a Triton kernel's JIT compilation gives the device back (`_Given.give`) and takes it again
     once compiled, before the kernel is loaded and launched: Triton's `jit_cache_hook` and `jit_post_compile_hook`,
     each calling the hook set before it (the cache hook's answer, whether to skip the compilation, is that hook's).
     Nothing is given back inside a compilation that gave it already (Inductor compiling Triton kernels within a
@@ -114,27 +129,18 @@ def _triton_hooks(given, converse, sync, capturing):
         yield
         return
     before, after = knobs.jit_cache_hook, knobs.jit_post_compile_hook
-    mine = [False]  # whether a Triton compilation gave the device back (and so takes it again)
 
     def asynchronous() -> bool:
         mode = getattr(getattr(sys.modules.get("triton.runtime.jit"), "_async_compile", None), "active_mode", None)
         return mode is not None and mode.get() is not None
 
     def starting(*args, **kw):
-        if not given[0] and not capturing() and not asynchronous():
-            sync()
-            converse({"type": "gate", "compiling": True})
-            given[0] = mine[0] = True
+        if not capturing() and not asynchronous():
+            gate.give("triton")
         return before(*args, **kw) if before is not None else None
 
-    def take() -> None:
-        if mine[0] and given[0]:  # (not where the end of a Dynamo compilation took it already)
-            converse({"type": "gate", "compiling": False})
-        given[0] = given[0] and not mine[0]
-        mine[0] = False
-
     def compiled(*args, **kw):
-        take()
+        gate.take("triton")  # (not where the end of a Dynamo compilation took it already)
         return after(*args, **kw) if after is not None else None
 
     knobs.jit_cache_hook, knobs.jit_post_compile_hook = starting, compiled
@@ -145,7 +151,7 @@ def _triton_hooks(given, converse, sync, capturing):
             knobs.jit_cache_hook = before
         if knobs.jit_post_compile_hook is compiled:
             knobs.jit_post_compile_hook = after
-        take()  # a compilation that failed has not ended: the rest of the call holds the device
+        gate.take("triton")  # a compilation that failed has not ended: the rest of the call holds the device
 
 
 # Inductor's measurements of kernels on the device (`torch._inductor.runtime.benchmarking.benchmarker`)

@@ -155,7 +155,9 @@ class Evaluator(CandidateWorkers, ReferencePool, Trials, TimedRounds, Integrity,
         return self.first_call(p) if first_call else p
 
     def calls_first(self, p: Prepared) -> bool:
-        """Whether `first_call` calls the candidate (`_first_call`), or only readies the job."""
+        """Whether `first_call` calls the candidate (`_first_call`), or only readies the job: not where the job is
+        decided already, where the task's reference carries state from call to call (the candidate would be a call
+        ahead of it), or where the call's memory is more than a quarter of the device's (`_calls_beside`)."""
         return p.aborted is None and p.cand is not None and self.config.early_first_call \
             and not p.state.get("stateful") and self._calls_beside(p.state)
 
@@ -185,13 +187,9 @@ class Evaluator(CandidateWorkers, ReferencePool, Trials, TimedRounds, Integrity,
         """The candidate's first call, in the CPU stage, beside other untimed work on the device (`gpulock`):
         torch.compile and Triton compile a program's kernels at its first call, seconds of mostly CPU work that
         would otherwise hold the GPU stage. One call on seed 0 (no trial's secret seed), its outputs dropped and the
-        candidate's output history cleared after it (`Harness.op_trial`). Skipped where the task's reference
-        carries state from call to call (the candidate would be a call ahead of it) and where the call's memory is
-        more than a quarter of the device's (`_calls_beside`). A first call that fails or outlasts `FIRST_CALL_S`
-        here decides nothing: the candidate gets a fresh worker and the GPU stage makes its first call, as where
-        this one is skipped."""
-        if not self.config.early_first_call or p.state.get("stateful") or not self._calls_beside(p.state):
-            return
+        candidate's output history cleared after it (`Harness.op_trial`). Made where `calls_first` says. A first
+        call that fails or outlasts `FIRST_CALL_S` here decides nothing: the candidate gets a fresh worker and the GPU
+        stage makes its first call, as where none is made here."""
         hold = None
         try:
             with self._gpu.beside() as hold:

@@ -227,12 +227,12 @@ class LocalScheduler:
                 ev = job.prepared_by = dev.evaluator(job.policy)
                 if job.compiled is None:
                     job.prepared = ev.prepare(job.task, job.candidate, first_call=not self._apart)
-                    if self._apart and ev.calls_first(job.prepared):
-                        with self._cond:  # its first call on a first-call lane; this lane takes the next job
-                            self._calls.append((dev, job))
-                            self._cond.notify_all()
-                        continue
                     if self._apart:
+                        if ev.calls_first(job.prepared):
+                            with self._cond:  # its first call on a first-call lane; this lane takes the next job
+                                self._calls.append((dev, job))
+                                self._cond.notify_all()
+                            continue
                         ev.first_call(job.prepared)  # no call to make: readied at once
                 else:  # a reference timing: its worker starts here, the timing waits for the device
                     job.prepared = ev.hold_reference(job.task)
